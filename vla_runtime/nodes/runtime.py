@@ -1,0 +1,47 @@
+"""Process entry helper shared by every node: init, a spin_once loop, clean shutdown.
+
+A `spin_once(timeout_sec=…)` loop is used rather than EventsExecutor, which hung in shutdown
+on the pip-installed Jazzy wheels. SIGINT and SIGTERM both end the loop (rclpy's handlers),
+after which the node's `close()` runs so drivers can leave the arm holding.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+
+
+def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> int:
+    """Create the node from `make_node`, spin until shutdown, return the process exit code."""
+    rclpy.init(args=sys.argv if argv is None else argv)
+    node = None
+    code = 0
+    try:
+        node = make_node()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception as exc:  # a crash must be visible to the launcher as a non-zero exit
+        print(f"[{getattr(node, 'get_name', lambda: '?')()}] fatal: {exc!r}", file=sys.stderr)
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        if node is not None:
+            close = getattr(node, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as exc:
+                    print(f"close failed: {exc!r}", file=sys.stderr)
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
