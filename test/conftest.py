@@ -1,0 +1,35 @@
+"""Shared fixtures: every test that touches DDS gets its own ROS domain on localhost."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vla_runtime.core.isolation import claim_domain
+
+
+@pytest.fixture
+def ros_domain(monkeypatch):
+    """Claim a free ROS_DOMAIN_ID and export it (and localhost-only discovery) to this test
+    and to every process it starts."""
+    with claim_domain() as claim:
+        for key, value in claim.env(base={}).items():
+            monkeypatch.setenv(key, value)
+        yield claim
+
+
+@pytest.fixture
+def rclpy_context(ros_domain):
+    """An initialised rclpy context on the test's own domain, shut down afterwards."""
+    import rclpy
+    from rclpy.context import Context
+
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=ros_domain.domain_id)
+    yield ctx
+    ctx.try_shutdown()
+
+
+def pytest_configure(config):
+    os.environ.setdefault("MUJOCO_GL", "egl")

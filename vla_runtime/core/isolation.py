@@ -1,0 +1,63 @@
+"""Give every stack (and every test) its own ROS_DOMAIN_ID, discovered on this host only.
+
+A domain is claimed by holding an exclusive `flock` on /tmp/vla_runtime_domains/<id>.lock for
+the lifetime of the claim, so concurrent launchers and pytest workers never share a graph, and
+a crashed owner releases its domain automatically.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOCK_DIR = Path(os.environ.get("VLA_RUNTIME_LOCK_DIR", "/tmp/vla_runtime_domains"))
+# Fast DDS derives ports from the domain id; 1..101 is the range safe on Linux for many
+# participants per domain. 0 is left to the user's default graph.
+FIRST_DOMAIN, LAST_DOMAIN = 1, 101
+
+
+@dataclass
+class DomainClaim:
+    domain_id: int
+    _fd: int | None = field(default=None, repr=False)
+
+    def env(self, base: dict[str, str] | None = None, localhost_only: bool = True) -> dict[str, str]:
+        """An environment for child processes of this stack."""
+        env = dict(os.environ if base is None else base)
+        env["ROS_DOMAIN_ID"] = str(self.domain_id)
+        if localhost_only:
+            env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+        return env
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DomainClaim:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def claim_domain(preferred: int | None = None) -> DomainClaim:
+    """Claim `preferred` (fails if taken) or the first free domain id in the safe range."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    candidates = [preferred] if preferred is not None else range(FIRST_DOMAIN, LAST_DOMAIN + 1)
+    for domain_id in candidates:
+        if not 0 <= domain_id <= 232:
+            raise ValueError(f"ROS_DOMAIN_ID must be in 0..232, got {domain_id}")
+        fd = os.open(LOCK_DIR / f"{domain_id}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return DomainClaim(domain_id, fd)
+    raise RuntimeError(
+        f"no free ROS domain id: {candidates} all claimed (locks in {LOCK_DIR})"
+    )
