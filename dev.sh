@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One script, two commands (see README):
+#   ./dev.sh run    set everything up, then run the simulated Franka FR3 stack for 20 s of sim
+#                   time and print its report (written to runs/sim_report.json)
+#   ./dev.sh test   set everything up, then run the test suite
+# Set-up is idempotent: system libraries for offscreen rendering (apt), a virtual environment
+# in .venv with the pinned requirements, and this package installed in editable mode.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+apt_install() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+setup() {
+  # MuJoCo renders offscreen on the CPU through EGL (Mesa llvmpipe).
+  if ! ldconfig -p | grep -q 'libEGL_mesa.so.0' || ! ldconfig -p | grep -q 'libGL.so.1'; then
+    echo "installing offscreen rendering libraries (libegl1, libegl-mesa0, libgl1, libosmesa6)"
+    apt_install libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6
+  fi
+  if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv 2>/dev/null || { apt_install python3-venv && "$PYTHON" -m venv .venv; }
+  fi
+  local stamp=.venv/.requirements.sha
+  local want
+  want=$(cat requirements.txt requirements-dev.txt setup.py | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "installing pinned requirements into .venv (first run takes a few minutes)"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -r requirements-dev.txt
+    .venv/bin/python -m pip install -q --no-deps -e .
+    echo "$want" > "$stamp"
+  fi
+  export PATH="$PWD/.venv/bin:$PATH" MUJOCO_GL="${MUJOCO_GL:-egl}" PYTHONUNBUFFERED=1
+}
+
+case "${1:-}" in
+  run)
+    shift
+    setup
+    exec vla-runtime launch sim --duration 20 --report runs/sim_report.json --quiet "$@"
+    ;;
+  test)
+    shift
+    setup
+    exec python -m pytest -q -p no:cacheprovider test "$@"
+    ;;
+  *)
+    echo "usage: $0 run | test" >&2
+    exit 2
+    ;;
+esac

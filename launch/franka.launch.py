@@ -1,0 +1,10 @@
+"""`ros2 launch vla_runtime franka.launch.py [name:=value ...]`: the 'franka' stack (config/stacks/franka.yaml).
+
+The same stack file feeds `vla-runtime launch franka` on pip-only hosts.
+"""
+
+from vla_runtime.launch_support import stack_launch_description
+
+
+def generate_launch_description():
+    return stack_launch_description("franka")

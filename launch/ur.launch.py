@@ -1,0 +1,10 @@
+"""`ros2 launch vla_runtime ur.launch.py [name:=value ...]`: the 'ur' stack (config/stacks/ur.yaml).
+
+The same stack file feeds `vla-runtime launch ur` on pip-only hosts.
+"""
+
+from vla_runtime.launch_support import stack_launch_description
+
+
+def generate_launch_description():
+    return stack_launch_description("ur")

@@ -1,0 +1,45 @@
+"""ament_python package: installs with pip (`pip install -e .`) and builds with colcon."""
+
+from glob import glob
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+PACKAGE = "vla_runtime"
+
+
+def requirements() -> list[str]:
+    """The pinned list (requirements.txt), offered as the `pip` extra: colcon installs resolve
+    ROS packages through package.xml instead, where pip distributions do not exist."""
+    lines = Path(__file__).with_name("requirements.txt").read_text().splitlines()
+    return [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
+
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config/stacks", glob("config/stacks/*.yaml")),
+        (f"share/{PACKAGE}/config/robots", glob("config/robots/*.yaml")),
+    ],
+    install_requires=["setuptools"],
+    extras_require={"pip": requirements()},
+    python_requires=">=3.10",
+    zip_safe=True,
+    maintainer="vla_runtime developers",
+    maintainer_email="vla-runtime@example.org",
+    description="Real-time runtime for Vision-Language-Action policies on Franka and UR arms",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+            "vla-runtime = vla_runtime.cli:main",
+            "vla-sim-driver = vla_runtime.drivers.sim.node:main",
+            "vla-camera = vla_runtime.nodes.camera:main",
+            "vla-engine = vla_runtime.nodes.engine:main",
+        ],
+    },
+)

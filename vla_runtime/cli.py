@@ -1,0 +1,110 @@
+"""`vla-runtime`: the single command-line entry point (DESIGN.md §8)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from vla_runtime.core.stack import StackError, coerce_scalar, resolve_stack
+    from vla_runtime.launcher import default_domain_request, format_summary, run_stack, write_report
+
+    overrides = {}
+    for item in args.arguments:
+        if ":=" not in item:
+            print(f"launch arguments are name:=value, got {item!r}", file=sys.stderr)
+            return 2
+        key, value = item.split(":=", 1)
+        overrides[key] = coerce_scalar(value)
+    try:
+        if args.sim:
+            from vla_runtime.core.stack import load_stack_file
+
+            _, raw = load_stack_file(args.stack)
+            if "use_sim" in (raw.get("arguments") or {}):
+                overrides["use_sim"] = True
+        stack = resolve_stack(args.stack, overrides)
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = run_stack(
+        stack,
+        duration_s=args.duration,
+        domain_id=args.domain_id if args.domain_id is not None else default_domain_request(),
+        localhost_only=not args.any_host,
+        echo=not args.quiet,
+    )
+    print(format_summary(result.report), flush=True)
+    if args.report:
+        write_report(result.report, args.report)
+        print(f"report written to {args.report}")
+    return result.exit_code
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.name == "sim":
+        from vla_runtime.bench.sim import run_bench
+
+        result = run_bench(seconds=args.seconds)
+    elif args.name == "engine":
+        from vla_runtime.bench.engine import run_bench
+
+        result = run_bench(preset=args.preset, device=args.device)
+    elif args.name == "transport":
+        from vla_runtime.bench.transport import run_bench
+
+        result = run_bench()
+    else:  # argparse restricts choices; kept for clarity
+        raise SystemExit(f"unknown benchmark {args.name}")
+    text = json.dumps(result, indent=None if args.json else 2, sort_keys=True)
+    print(text)
+    return 0
+
+
+def _serve(argv: list[str]) -> int:
+    from vla_runtime.engine.remote import serve_main
+
+    return serve_main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vla-runtime", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    launch = sub.add_parser("launch", help="start a stack (config/stacks/STACK.yaml)")
+    launch.add_argument("stack", help="stack name (sim, franka, ur) or path to a stack file")
+    launch.add_argument("arguments", nargs="*", help="stack arguments as name:=value")
+    launch.add_argument("--sim", action="store_true", help="simulate arm and cameras (use_sim)")
+    launch.add_argument("--duration", type=float, help="stop after S seconds of stack time")
+    launch.add_argument("--report", help="write the run report (JSON) here")
+    launch.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID instead of a free one")
+    launch.add_argument(
+        "--any-host", action="store_true", help="do not restrict DDS discovery to this host"
+    )
+    launch.add_argument("--quiet", action="store_true", help="do not echo node output")
+    launch.set_defaults(func=_launch)
+
+    bench = sub.add_parser("bench", help="run a benchmark; prints one JSON object")
+    bench.add_argument("name", choices=["sim", "engine", "transport"])
+    bench.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
+    bench.add_argument("--seconds", type=float, default=5.0, help="sim: physics run length")
+    bench.add_argument("--preset", default="tiny", help="engine: model preset (tiny, small)")
+    bench.add_argument("--device", default="cpu", help="engine: cpu or cuda")
+    bench.set_defaults(func=_bench)
+
+    sub.add_parser("serve", help="serve a policy over ZeroMQ (see `serve --help`)", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "serve":
+        return _serve(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

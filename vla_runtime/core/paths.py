@@ -1,0 +1,33 @@
+"""Where the package's data (config/, launch/) lives: the source tree, a pip install
+(`<prefix>/share/vla_runtime`) or a colcon install (ament share directory)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import cache
+from pathlib import Path
+
+PACKAGE = "vla_runtime"
+
+
+@cache
+def share_dir() -> Path:
+    """The directory that holds config/ and launch/ (override with VLA_RUNTIME_SHARE)."""
+    override = os.environ.get("VLA_RUNTIME_SHARE")
+    if override:
+        return Path(override)
+    source_tree = Path(__file__).resolve().parents[2]
+    if (source_tree / "config" / "stacks").is_dir():
+        return source_tree
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return Path(get_package_share_directory(PACKAGE))
+    except Exception:  # not a colcon install (or ament_index not importable)
+        pass
+    return Path(sys.prefix) / "share" / PACKAGE
+
+
+def config_dir() -> Path:
+    return share_dir() / "config"

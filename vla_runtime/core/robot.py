@@ -1,0 +1,92 @@
+"""Robot descriptions (joint names, limits, home pose, controller names) from config/robots/*.yaml.
+
+The config directory is found next to the package in a source checkout, else in the ament share
+directory (colcon install), else under `sys.prefix/share` (pip install with data_files).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+PACKAGE = "vla_runtime"
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    name: str
+    joints: tuple[str, ...]
+    home: tuple[float, ...]
+    position_min: tuple[float, ...]
+    position_max: tuple[float, ...]
+    velocity: tuple[float, ...]
+    acceleration: tuple[float, ...]
+    jerk: tuple[float, ...]
+    position_margin: float = 0.0
+    tcp_speed: float | None = None
+    gripper_joints: tuple[str, ...] = ()
+    gripper_max_width: float = 0.0
+    gripper_max_speed: float = 0.0
+    controllers: dict[str, str] = field(default_factory=dict)
+    state_topic: str = "/joint_states"
+
+    @property
+    def dof(self) -> int:
+        return len(self.joints)
+
+
+def config_dir() -> Path:
+    """The installed or checked-out `config/` directory of the package."""
+    checkout = Path(__file__).resolve().parents[2] / "config"
+    if checkout.is_dir():
+        return checkout
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+
+        try:
+            return Path(get_package_share_directory(PACKAGE)) / "config"
+        except PackageNotFoundError:
+            pass
+    except ImportError:
+        pass
+    return Path(sys.prefix) / "share" / PACKAGE / "config"
+
+
+def _floats(values, what: str, n: int) -> tuple[float, ...]:
+    out = tuple(float(v) for v in values)
+    if len(out) != n:
+        raise ValueError(f"{what}: expected {n} values, got {len(out)}")
+    return out
+
+
+def load_robot(name: str) -> RobotConfig:
+    """Read config/robots/<name>.yaml; raises FileNotFoundError / ValueError with the reason."""
+    path = config_dir() / "robots" / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no robot description {path}")
+    with path.open() as f:
+        raw = yaml.safe_load(f)
+    joints = tuple(raw["joints"])
+    n = len(joints)
+    limits = raw["limits"]
+    gripper = raw.get("gripper") or {}
+    return RobotConfig(
+        name=raw.get("name", name),
+        joints=joints,
+        home=_floats(raw["home"], "home", n),
+        position_min=_floats(limits["position_min"], "position_min", n),
+        position_max=_floats(limits["position_max"], "position_max", n),
+        velocity=_floats(limits["velocity"], "velocity", n),
+        acceleration=_floats(limits["acceleration"], "acceleration", n),
+        jerk=_floats(limits["jerk"], "jerk", n),
+        position_margin=float(limits.get("position_margin", 0.0)),
+        tcp_speed=float(limits["tcp_speed"]) if "tcp_speed" in limits else None,
+        gripper_joints=tuple(gripper.get("joints", ())),
+        gripper_max_width=float(gripper.get("max_width", 0.0)),
+        gripper_max_speed=float(gripper.get("max_speed", 0.0)),
+        controllers=dict(raw.get("controllers") or {}),
+        state_topic=raw.get("state_topic", "/joint_states"),
+    )

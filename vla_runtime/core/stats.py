@@ -1,0 +1,93 @@
+"""Small measurement helpers for run reports and benchmarks (no ROS imports).
+
+- `summarize(samples)`: n / p50 / p99 / max / mean of a list of numbers.
+- `RateMeter`: message rate from receipt times, (n - 1) / (t_last - t_first).
+- `Reservoir`: a bounded, uniformly sampled set of latency samples whose n, max and mean
+  stay exact over everything seen, so a long run keeps constant memory.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+
+import numpy as np
+
+
+def summarize(samples: Iterable[float]) -> dict:
+    """{"n", "p50", "p99", "max", "mean"}; percentiles interpolate linearly between ranks
+    (numpy's default). With no samples every figure but n is None."""
+    values = np.asarray(list(samples), dtype=float)
+    if values.size == 0:
+        return {"n": 0, "p50": None, "p99": None, "max": None, "mean": None}
+    if not np.all(np.isfinite(values)):
+        raise ValueError("summarize: samples must be finite numbers")
+    p50, p99 = np.percentile(values, [50.0, 99.0])
+    return {
+        "n": int(values.size),
+        "p50": float(p50),
+        "p99": float(p99),
+        "max": float(values.max()),
+        "mean": float(values.mean()),
+    }
+
+
+class RateMeter:
+    """Counts receipts and derives the mean rate between the first and the last one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+
+    def add(self, t: float) -> None:
+        """Record one receipt at time `t` (seconds, any clock as long as it is one clock)."""
+        if self.t_first is None:
+            self.t_first = t
+        self.t_last = t
+        self.count += 1
+
+    @property
+    def rate_hz(self) -> float:
+        """(n - 1) / (t_last - t_first); 0.0 until two receipts span a positive interval."""
+        if self.count < 2 or self.t_last is None or self.t_first is None:
+            return 0.0
+        span = self.t_last - self.t_first
+        return (self.count - 1) / span if span > 0 else 0.0
+
+
+class Reservoir:
+    """Keeps at most `capacity` samples, each seen sample equally likely to be kept
+    (Vitter's algorithm R); seeded so a run's report is reproducible."""
+
+    def __init__(self, capacity: int = 10_000, seed: int = 0) -> None:
+        if capacity < 1:
+            raise ValueError(f"Reservoir capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.samples: list[float] = []
+        self.seen = 0
+        self._sum = 0.0
+        self._max = -math.inf
+        self._rng = random.Random(seed)
+
+    def add(self, value: float) -> None:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"Reservoir sample must be finite, got {value}")
+        self.seen += 1
+        self._sum += value
+        self._max = max(self._max, value)
+        if len(self.samples) < self.capacity:
+            self.samples.append(value)
+            return
+        slot = self._rng.randrange(self.seen)
+        if slot < self.capacity:
+            self.samples[slot] = value
+
+    def summary(self) -> dict:
+        """Percentiles from the kept samples; n, max and mean exact over all samples seen."""
+        result = summarize(self.samples)
+        if self.seen:
+            result.update(n=self.seen, max=self._max, mean=self._sum / self.seen)
+        return result

@@ -1,0 +1,56 @@
+"""Turn a stack file into a ROS 2 LaunchDescription (used by launch/*.launch.py).
+
+Needs the `launch` and `launch_ros` packages of a full ROS 2 install; nothing else in the
+package imports this module, so pip-only hosts never need them.
+"""
+
+from __future__ import annotations
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch_ros.actions import Node
+
+from vla_runtime.core.stack import coerce_scalar, load_stack_file, resolve_stack
+
+
+def stack_launch_description(stack_name: str) -> LaunchDescription:
+    """Declare the stack's arguments (`name:=value`) and start its nodes once they are known."""
+    _, raw = load_stack_file(stack_name)
+    declared = raw.get("arguments") or {}
+    actions = [
+        DeclareLaunchArgument(
+            name,
+            default_value=_launch_text((spec or {}).get("default")),
+            description=str((spec or {}).get("description", "")),
+        )
+        for name, spec in declared.items()
+    ]
+
+    def start_nodes(context, *_args, **_kwargs):
+        overrides = {
+            name: coerce_scalar(context.launch_configurations[name])
+            for name in declared
+            if name in context.launch_configurations
+        }
+        stack = resolve_stack(stack_name, overrides)
+        return [
+            Node(
+                package="vla_runtime",
+                executable=node.executable,
+                name=node.name,
+                parameters=[node.parameters],
+                remappings=list(node.remappings),
+                output="screen",
+                emulate_tty=True,
+            )
+            for node in stack.nodes
+        ]
+
+    actions.append(OpaqueFunction(function=start_nodes))
+    return LaunchDescription(actions)
+
+
+def _launch_text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)

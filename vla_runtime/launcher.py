@@ -1,0 +1,272 @@
+"""`vla-runtime launch STACK`: start a stack's nodes as separate processes on a private ROS graph.
+
+The pip-only counterpart of `ros2 launch vla_runtime <stack>.launch.py`; both read the same
+stack file through `core.stack.resolve_stack`. Each node is its own process (real DDS between
+them). SIGINT/SIGTERM stop every node (SIGINT first, escalating to SIGTERM and SIGKILL); a node
+that dies is reported with its last output and makes the launcher exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from vla_runtime.core.isolation import DomainClaim, claim_domain
+from vla_runtime.core.stack import NodeSpec, Stack, params_file_content, ros_arguments
+
+STOP_GRACE_S = 10.0  # SIGINT -> SIGTERM
+KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
+
+
+def node_module(executable: str) -> str:
+    """The module behind a console script of this package (started with `python -m`)."""
+    for ep in entry_points(group="console_scripts"):
+        if ep.name == executable:
+            return ep.module
+    raise RuntimeError(
+        f"unknown executable {executable!r}: is vla_runtime installed (pip install -e .)?"
+    )
+
+
+@dataclass
+class NodeProcess:
+    spec: NodeSpec
+    popen: subprocess.Popen
+    tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    stopped_by_us: bool = False
+    escalated: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def pump_output(self, echo: bool) -> None:
+        for line in self.popen.stdout:
+            line = line.rstrip("\n")
+            self.tail.append(line)
+            if echo:
+                print(f"[{self.name}] {line}", flush=True)
+
+
+def start_node(spec: NodeSpec, env: dict[str, str], workdir: Path, echo: bool) -> NodeProcess:
+    params = workdir / f"{spec.name}.params.yaml"
+    params.write_text(params_file_content(spec))
+    cmd = [sys.executable, "-m", node_module(spec.executable), *ros_arguments(spec, str(params))]
+    popen = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+        start_new_session=True,  # Ctrl-C reaches the launcher only; it stops nodes in order
+    )
+    proc = NodeProcess(spec, popen)
+    threading.Thread(target=proc.pump_output, args=(echo,), daemon=True).start()
+    return proc
+
+
+def stop_nodes(procs: list[NodeProcess]) -> None:
+    """SIGINT every live node, then SIGTERM, then SIGKILL the ones that still run."""
+    for sig, grace, label in (
+        (signal.SIGINT, STOP_GRACE_S, None),
+        (signal.SIGTERM, KILL_GRACE_S, "SIGTERM"),
+        (signal.SIGKILL, KILL_GRACE_S, "SIGKILL"),
+    ):
+        alive = [p for p in procs if p.popen.poll() is None]
+        if not alive:
+            return
+        for p in alive:
+            p.stopped_by_us = True
+            if label:
+                p.escalated = label
+            try:
+                p.popen.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        for p in alive:
+            try:
+                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class _Monitor:
+    """The run monitor node spinning in a thread on the stack's domain."""
+
+    def __init__(self, stack: Stack, claim: DomainClaim):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+
+        from vla_runtime.nodes.monitor import RunMonitor
+
+        self._context = Context()
+        rclpy.init(context=self._context, domain_id=claim.domain_id)
+        self.node = RunMonitor(
+            topics=list(stack.report_topics), context=self._context, use_sim_time=stack.use_sim_time
+        )
+        self._executor = SingleThreadedExecutor(context=self._context)
+        self._executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            self._executor.spin_once(timeout_sec=0.05)
+
+    def now_s(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.node.destroy_node()
+        self._context.try_shutdown()
+
+
+@dataclass
+class LaunchResult:
+    exit_code: int
+    report: dict
+
+
+def run_stack(
+    stack: Stack,
+    duration_s: float | None = None,
+    domain_id: int | None = None,
+    localhost_only: bool = True,
+    echo: bool = True,
+    measure: bool = True,
+) -> LaunchResult:
+    """Start `stack`, run until `duration_s` of stack time (sim time in sim stacks), a signal,
+    or a node's death; stop everything and return the report."""
+    stop_requested = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum, _frame):
+        received.append(signal.Signals(signum).name)
+        stop_requested.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    claim = claim_domain(domain_id)
+    env = claim.env(localhost_only=localhost_only)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("MUJOCO_GL", "egl")
+    env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
+    procs: list[NodeProcess] = []
+    monitor = None
+    died: NodeProcess | None = None
+    started_wall = time.monotonic()
+    clock_start = None
+    covered_s = 0.0
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"vla_{stack.name}_") as tmp:
+            if echo:
+                where = "localhost" if localhost_only else "default discovery range"
+                print(
+                    f"stack {stack.name!r}: {len(stack.nodes)} nodes on ROS_DOMAIN_ID="
+                    f"{claim.domain_id} ({where})",
+                    flush=True,
+                )
+            monitor = _Monitor(stack, claim) if measure else None
+            for spec in stack.nodes:
+                procs.append(start_node(spec, env, Path(tmp), echo))
+            # Stack time: sim time once /clock runs (sim stacks), wall time otherwise. The wall
+            # guard ends a run whose clock stalls (e.g. the sim driver never started).
+            wall_guard = None if duration_s is None else 2 * duration_s + 60
+            while not stop_requested.is_set():
+                died = next((p for p in procs if p.popen.poll() is not None), None)
+                if died is not None:
+                    break
+                now = monitor.now_s() if monitor else time.monotonic() - started_wall
+                if stack.use_sim_time and monitor and now <= 0.0:
+                    now = None  # no /clock yet
+                if now is not None and clock_start is None:
+                    clock_start = now
+                if clock_start is not None:
+                    covered_s = now - clock_start
+                if duration_s is not None and covered_s >= duration_s:
+                    break
+                if wall_guard is not None and time.monotonic() - started_wall > wall_guard:
+                    print(f"stack clock advanced only {covered_s:.1f} s in {wall_guard:.0f} s "
+                          "of wall time; stopping", file=sys.stderr, flush=True)
+                    break
+                time.sleep(0.05)
+            report = monitor.node.report() if monitor else {}
+            stop_nodes(procs)
+    finally:
+        if monitor is not None:
+            monitor.close()
+        stop_nodes(procs)
+        claim.release()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    nodes = {}
+    for p in procs:
+        code = p.popen.returncode
+        nodes[p.name] = {
+            "executable": p.spec.executable,
+            "exit_code": code,
+            "clean": p.stopped_by_us and code == 0 and p.escalated is None,
+            **({"escalated_to": p.escalated} if p.escalated else {}),
+        }
+    if died is not None:
+        nodes[died.name]["died"] = True
+        nodes[died.name]["last_output"] = list(died.tail)[-15:]
+    report.update(
+        stack=stack.name,
+        domain_id=claim.domain_id,
+        clock="sim" if stack.use_sim_time else "wall",
+        duration_s=round(covered_s, 3),
+        wall_s=round(time.monotonic() - started_wall, 3),
+        signals=received,
+        nodes=nodes,
+    )
+    ok = died is None and all(n["clean"] for n in nodes.values())
+    report["ok"] = ok
+    return LaunchResult(0 if ok else 1, report)
+
+
+def format_summary(report: dict) -> str:
+    lines = [
+        f"stack {report['stack']}: {report['duration_s']:.1f} s of {report['clock']} time "
+        f"({report['wall_s']:.1f} s wall), domain {report['domain_id']}, "
+        + ("OK" if report["ok"] else "FAILED")
+    ]
+    for name, t in sorted(report.get("topics", {}).items()):
+        lines.append(f"  {name:<42} {t['count']:>7} msgs {t['rate_hz']:>9.1f} Hz")
+    for name, c in sorted(report.get("cameras", {}).items()):
+        lat = c["latency_ms"]
+        lines.append(f"  camera {name:<35} latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms")
+    for name, n in report["nodes"].items():
+        state = "died" if n.get("died") else ("stopped cleanly" if n["clean"] else "unclean stop")
+        lines.append(f"  node {name:<37} exit {n['exit_code']}  {state}")
+        for out in n.get("last_output", []):
+            lines.append(f"      | {out}")
+    return "\n".join(lines)
+
+
+def write_report(report: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+def default_domain_request() -> int | None:
+    """VLA_RUNTIME_DOMAIN_ID pins the domain (to share a graph with other tools)."""
+    value = os.environ.get("VLA_RUNTIME_DOMAIN_ID")
+    return int(value) if value else None
