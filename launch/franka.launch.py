@@ -1,4 +1,4 @@
-"""`ros2 launch vla_runtime franka.launch.py [name:=value ...]`: the 'franka' stack (config/stacks/franka.yaml).
+"""`ros2 launch vla_runtime franka.launch.py [name:=value ...]`: config/stacks/franka.yaml.
 
 The same stack file feeds `vla-runtime launch franka` on pip-only hosts.
 """

@@ -1,4 +1,4 @@
-"""`ros2 launch vla_runtime sim.launch.py [name:=value ...]`: the 'sim' stack (config/stacks/sim.yaml).
+"""`ros2 launch vla_runtime sim.launch.py [name:=value ...]`: config/stacks/sim.yaml.
 
 The same stack file feeds `vla-runtime launch sim` on pip-only hosts.
 """

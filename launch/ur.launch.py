@@ -1,4 +1,4 @@
-"""`ros2 launch vla_runtime ur.launch.py [name:=value ...]`: the 'ur' stack (config/stacks/ur.yaml).
+"""`ros2 launch vla_runtime ur.launch.py [name:=value ...]`: config/stacks/ur.yaml.
 
 The same stack file feeds `vla-runtime launch ur` on pip-only hosts.
 """

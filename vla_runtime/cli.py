@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--sim", action="store_true", help="simulate arm and cameras (use_sim)")
     launch.add_argument("--duration", type=float, help="stop after S seconds of stack time")
     launch.add_argument("--report", help="write the run report (JSON) here")
-    launch.add_argument("--domain-id", type=int, help="use this ROS_DOMAIN_ID instead of a free one")
+    launch.add_argument(
+        "--domain-id", type=int, help="use this ROS_DOMAIN_ID instead of a free one"
+    )
     launch.add_argument(
         "--any-host", action="store_true", help="do not restrict DDS discovery to this host"
     )

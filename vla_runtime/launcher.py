@@ -202,8 +202,12 @@ def run_stack(
                 if duration_s is not None and covered_s >= duration_s:
                     break
                 if wall_guard is not None and time.monotonic() - started_wall > wall_guard:
-                    print(f"stack clock advanced only {covered_s:.1f} s in {wall_guard:.0f} s "
-                          "of wall time; stopping", file=sys.stderr, flush=True)
+                    print(
+                        f"stack clock advanced only {covered_s:.1f} s in {wall_guard:.0f} s "
+                        "of wall time; stopping",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     break
                 time.sleep(0.05)
             report = monitor.node.report() if monitor else {}
@@ -252,7 +256,9 @@ def format_summary(report: dict) -> str:
         lines.append(f"  {name:<42} {t['count']:>7} msgs {t['rate_hz']:>9.1f} Hz")
     for name, c in sorted(report.get("cameras", {}).items()):
         lat = c["latency_ms"]
-        lines.append(f"  camera {name:<35} latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms")
+        lines.append(
+            f"  camera {name:<35} latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms"
+        )
     for name, n in report["nodes"].items():
         state = "died" if n.get("died") else ("stopped cleanly" if n["clean"] else "unclean stop")
         lines.append(f"  node {name:<37} exit {n['exit_code']}  {state}")

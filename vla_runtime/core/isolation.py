@@ -23,7 +23,7 @@ class DomainClaim:
     domain_id: int
     _fd: int | None = field(default=None, repr=False)
 
-    def env(self, base: dict[str, str] | None = None, localhost_only: bool = True) -> dict[str, str]:
+    def env(self, base: dict | None = None, localhost_only: bool = True) -> dict[str, str]:
         """An environment for child processes of this stack."""
         env = dict(os.environ if base is None else base)
         env["ROS_DOMAIN_ID"] = str(self.domain_id)
@@ -58,6 +58,4 @@ def claim_domain(preferred: int | None = None) -> DomainClaim:
             os.close(fd)
             continue
         return DomainClaim(domain_id, fd)
-    raise RuntimeError(
-        f"no free ROS domain id: {candidates} all claimed (locks in {LOCK_DIR})"
-    )
+    raise RuntimeError(f"no free ROS domain id: {candidates} all claimed (locks in {LOCK_DIR})")

@@ -125,7 +125,9 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
-        raise StackError(f"stack {name!r} has no argument(s) {unknown}; it takes {sorted(declared)}")
+        raise StackError(
+            f"stack {name!r} has no argument(s) {unknown}; it takes {sorted(declared)}"
+        )
     args = {k: (v or {}).get("default") for k, v in declared.items()}
     for key, value in overrides.items():
         # An argument declared with a string default stays a string ("0" is a device, not 0).

@@ -4,7 +4,7 @@ A message is a list of ZeroMQ frames `[header, array_0, array_1, ...]`. The head
 map; every numpy array inside it is replaced by a small placeholder `{"__nd__": i, "dtype",
 "shape"}` and its bytes travel as frame i+1 untouched, so large images are neither copied into
 msgpack nor base64-encoded. Frames are sent with `copy=False` (the array's memory is handed to
-libzmq) and decoded with `np.frombuffer` over the received frame (a read-only view, no copy).
+libzmq) and decoded with `np.frombuffer` over the received frame (a view, no copy).
 
 Only plain numeric dtypes cross the wire: a peer can never make us build object arrays.
 """
@@ -57,7 +57,7 @@ def encode(header: dict[str, Any]) -> list[Any]:
 
 def decode(frames: Sequence[Any]) -> dict[str, Any]:
     """Inverse of `encode`. `frames` may be bytes or zmq.Frame objects (received copy=False);
-    arrays come back as read-only views over the frames' memory."""
+    arrays come back as views over the frames' memory (read-only for bytes frames)."""
     import msgpack
 
     if not frames:

@@ -67,7 +67,9 @@ def cube_poses(n_cubes: int, seed: int, cube_size: float = 0.04) -> list[tuple[n
     poses = []
     for _ in range(n_cubes):
         for _attempt in range(1000):
-            xy = rng.uniform([CUBE_REGION_X[0], CUBE_REGION_Y[0]], [CUBE_REGION_X[1], CUBE_REGION_Y[1]])
+            xy = rng.uniform(
+                [CUBE_REGION_X[0], CUBE_REGION_Y[0]], [CUBE_REGION_X[1], CUBE_REGION_Y[1]]
+            )
             if all(np.linalg.norm(xy - c) >= CUBE_SPACING for c in centres):
                 break
         else:
@@ -123,12 +125,18 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
     light.castshadow = False
     light.diffuse = [0.7, 0.7, 0.7]
     world.add_geom(
-        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[3.0, 3.0, 0.1],
-        pos=[0.0, 0.0, FLOOR_Z], rgba=[0.35, 0.35, 0.38, 1.0],
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=[3.0, 3.0, 0.1],
+        pos=[0.0, 0.0, FLOOR_Z],
+        rgba=[0.35, 0.35, 0.38, 1.0],
     )
     world.add_geom(
-        name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=list(TABLE_HALF_SIZE),
-        pos=[TABLE_CENTRE_X, 0.0, -TABLE_HALF_SIZE[2]], rgba=[0.62, 0.48, 0.33, 1.0],
+        name="table",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
+        size=list(TABLE_HALF_SIZE),
+        pos=[TABLE_CENTRE_X, 0.0, -TABLE_HALF_SIZE[2]],
+        rgba=[0.62, 0.48, 0.33, 1.0],
     )
 
     half = config.cube_size / 2
@@ -137,23 +145,31 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
         body = world.add_body(name=name, pos=pos.tolist(), quat=quat.tolist())
         body.add_freejoint(name=name)
         body.add_geom(
-            name=name, type=mujoco.mjtGeom.mjGEOM_BOX, size=[half, half, half],
-            rgba=list(COLOURS[colour]), mass=0.05, friction=[1.0, 0.01, 0.001],
+            name=name,
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[half, half, half],
+            rgba=list(COLOURS[colour]),
+            mass=0.05,
+            friction=[1.0, 0.01, 0.001],
         )
 
     if "scene" in config.cameras:
         pos = [1.45, 0.75, 1.0]
         world.add_camera(
-            name="scene", pos=pos, quat=_look_at_quat(pos, [0.3, 0.0, 0.25]).tolist(),
+            name="scene",
+            pos=pos,
+            quat=_look_at_quat(pos, [0.3, 0.0, 0.25]).tolist(),
             fovy=config.scene_fovy_deg,
         )
     if "wrist" in config.cameras:
         # Mounted on the hand behind the fingers, offset sideways, looking along the approach
         # axis (+z of the hand; a camera looks along its own -z) and tilted to the fingertips.
         hand = spec.body("hand")
-        pos = [0.09, 0.0, 0.02]
+        pos = [-0.09, 0.0, 0.02]
         hand.add_camera(
-            name="wrist", pos=pos, quat=_look_at_quat(pos, [0.0, 0.0, 0.2], up=(1, 0, 0)).tolist(),
+            name="wrist",
+            pos=pos,
+            quat=_look_at_quat(pos, [0.0, 0.0, 0.2], up=(-1, 0, 0)).tolist(),
             fovy=config.wrist_fovy_deg,
         )
 

@@ -1,0 +1,93 @@
+import pytest
+import yaml
+
+from vla_runtime.core.stack import (
+    StackError,
+    available_stacks,
+    coerce_scalar,
+    params_file_content,
+    resolve_stack,
+    ros_arguments,
+    substitute,
+)
+
+
+def test_shipped_stacks_are_listed():
+    assert {"sim", "franka", "ur"} <= set(available_stacks())
+
+
+def test_sim_stack_resolves_driver_and_two_cameras():
+    stack = resolve_stack("sim")
+    assert [n.name for n in stack.nodes] == ["sim_driver", "scene_camera", "wrist_camera"]
+    assert stack.use_sim_time
+    driver, scene, wrist = stack.nodes
+    assert driver.parameters["use_sim_time"] is False  # the clock source keeps wall time
+    assert scene.parameters == {
+        "use_sim_time": True,
+        "camera_name": "scene",
+        "source": "sim",
+        "fps": 15.0,
+        "width": 224,
+        "height": 224,
+    }
+    assert wrist.parameters["camera_name"] == "wrist"
+    assert "/joint_states" in stack.report_topics
+
+
+def test_arguments_override_and_keep_types():
+    stack = resolve_stack("sim", {"seed": 7, "image_size": 96, "lockstep": True})
+    driver, scene, _ = stack.nodes
+    assert driver.parameters["seed"] == 7 and driver.parameters["lockstep"] is True
+    assert scene.parameters["width"] == 96 and scene.parameters["height"] == 96
+
+
+def test_franka_switches_between_sim_and_devices():
+    real = resolve_stack("franka")
+    assert [n.name for n in real.nodes] == ["scene_camera", "wrist_camera"]
+    assert real.nodes[0].parameters["source"] == "device"
+    assert not real.use_sim_time
+    # a string-typed argument stays a string even when it looks like a number
+    assert resolve_stack("franka", {"scene_device": 3}).nodes[0].parameters["device"] == "3"
+    sim = resolve_stack("franka", {"use_sim": True})
+    assert [n.name for n in sim.nodes] == ["sim_driver", "scene_camera", "wrist_camera"]
+    assert sim.nodes[1].parameters["source"] == "sim" and sim.use_sim_time
+
+
+def test_unknown_argument_and_refused_combination_are_clear_errors():
+    with pytest.raises(StackError, match="no argument"):
+        resolve_stack("sim", {"not_an_arg": 1})
+    with pytest.raises(StackError, match="no simulated UR5e"):
+        resolve_stack("ur", {"use_sim": True})
+    with pytest.raises(StackError, match="no stack 'nope'"):
+        resolve_stack("nope")
+
+
+def test_substitution_rules():
+    args = {"a": 3, "b": "x"}
+    assert substitute("$(arg a)", args) == 3
+    assert substitute("n$(arg a)-$(arg b)", args) == "n3-x"
+    assert substitute({"k": ["$(arg b)"]}, args) == {"k": ["x"]}
+    with pytest.raises(StackError, match=r"\$\(arg c\)"):
+        substitute("$(arg c)", args)
+    assert coerce_scalar("true") is True and coerce_scalar("0.5") == 0.5
+    assert coerce_scalar("/dev/video0") == "/dev/video0"
+
+
+def test_bad_stack_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes:\n  - name: a\n")
+    with pytest.raises(StackError, match="needs `name` and `executable`"):
+        resolve_stack(bad)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("nodes:\n  - {name: a, executable: x}\n  - {name: a, executable: y}\n")
+    with pytest.raises(StackError, match="two nodes named 'a'"):
+        resolve_stack(dup)
+
+
+def test_ros_arguments_and_params_file():
+    stack = resolve_stack("sim")
+    node = stack.nodes[1]
+    argv = ros_arguments(node, "/tmp/p.yaml")
+    assert argv[:5] == ["--ros-args", "-r", "__node:=scene_camera", "--params-file", "/tmp/p.yaml"]
+    params = yaml.safe_load(params_file_content(node))
+    assert params["/**"]["ros__parameters"]["camera_name"] == "scene"
