@@ -193,6 +193,17 @@ class TrajectorySampler:
     def done(self, t: float) -> bool:
         return t >= self.end_time
 
+    def position(self, t: float) -> np.ndarray:
+        """Positions only (the 1 kHz hot path): same as sample(t)[0]."""
+        if t >= self.end_time:
+            return self._hold[0]
+        i = bisect_right(self._knot_times, t) - 1
+        if i < 0:
+            return self._start[0]
+        s = t - self._knot_times[i]
+        s2 = s * s
+        return np.array((1.0, s, s2, s2 * s, s2 * s2, s2 * s2 * s)) @ self._coefficients[i]
+
     def sample(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Setpoint at time t: held start before the start time, held last point after the end.
 

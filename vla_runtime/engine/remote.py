@@ -625,6 +625,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         return 0
     secret, allowed = None, None
     try:
+        if not args.curve_keys and not is_loopback(args.bind):
+            # Same check as PolicyServer, done before the (slow) model load.
+            raise ValueError(
+                f"refusing to serve on {args.bind} without --curve-keys: anything but loopback "
+                "needs CURVE authentication (create keys with --gen-keys DIR)"
+            )
         if args.curve_keys:
             secret, allowed = load_server_keys(args.curve_keys)
         policy = _load_backend(args)

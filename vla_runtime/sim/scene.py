@@ -113,6 +113,11 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
     # the fingers stalled ~2 cm from a width setpoint; without it they settle on the setpoint.
     for finger in ("finger_joint1", "finger_joint2"):
         spec.joint(finger).frictionloss = 0.0
+    # Like the real FR3, whose controller always compensates gravity: without it the position
+    # actuators sag by up to ~0.01 rad under the arm's weight.
+    for body in spec.body("fr3_link1").find_all(mujoco.mjtObj.mjOBJ_BODY):
+        body.gravcomp = 1.0
+    spec.body("fr3_link1").gravcomp = 1.0
     # Rendering speed: no shadow maps, no reflections; offscreen buffers large enough for cameras.
     spec.visual.quality.shadowsize = 0
     spec.visual.global_.offwidth = config.max_render_size

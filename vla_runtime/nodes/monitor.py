@@ -1,0 +1,195 @@
+"""RunMonitor: per-topic counts and rates, and camera latency (stamp -> receipt), for run reports.
+
+Not a process of its own: the launcher creates it in-process (own context, sim time on or off)
+and spins it next to its other work. Callbacks take raw (serialized) messages and do
+constant work, so a 250 Hz topic plus camera streams cost little; for images only the header
+stamp is read out of the CDR bytes, the pixels are never deserialized.
+
+Rates are measured twice: `rate_hz` in the node's clock (sim time with use_sim_time, which is
+what the stack's contracts are written in) and `wall_rate_hz` on the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from vla_runtime.core import topics
+from vla_runtime.core.stats import RateMeter, Reservoir
+
+IMAGE_TYPE = "sensor_msgs/msg/Image"
+_CAMERA_PREFIX, _CAMERA_SUFFIX = topics.camera_image("\0").split("\0")
+
+
+def camera_name_of(topic: str) -> str | None:
+    """'wrist' for '/vla/cameras/wrist/image_raw'; None for any other topic."""
+    if topic.startswith(_CAMERA_PREFIX) and topic.endswith(_CAMERA_SUFFIX):
+        name = topic[len(_CAMERA_PREFIX) : len(topic) - len(_CAMERA_SUFFIX)]
+        return name if name and "/" not in name else None
+    return None
+
+
+def message_class(type_name: str):
+    """Resolve 'pkg/msg/Type' (or 'pkg/Type') to its Python class."""
+    try:
+        from rosidl_runtime_py.utilities import get_message
+    except ImportError:
+        parts = type_name.split("/")
+        if len(parts) == 2:
+            parts = [parts[0], "msg", parts[1]]
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"not a message type name: '{type_name}'") from None
+        package, kind, name = parts
+        return getattr(importlib.import_module(f"{package}.{kind}"), name)
+    return get_message(type_name)
+
+
+def header_stamp_ns(serialized: bytes) -> int | None:
+    """The header stamp of a serialized message whose first field is std_msgs/Header
+    (sensor_msgs/Image among them): 4 bytes of encapsulation, then int32 sec, uint32 nanosec."""
+    if len(serialized) < 12:
+        return None
+    byte_order = "<" if serialized[1] & 1 else ">"  # odd encapsulation id = little endian
+    sec, nanosec = struct.unpack_from(byte_order + "iI", serialized, 4)
+    return sec * 1_000_000_000 + nanosec
+
+
+@dataclass
+class TopicStats:
+    type_name: str | None = None
+    count: int = 0
+    ros_rate: RateMeter = field(default_factory=RateMeter)
+    wall_rate: RateMeter = field(default_factory=RateMeter)
+    latency_ms: Reservoir | None = None
+
+
+class RunMonitor(Node):
+    """Watches `topic_names` (None: every topic it discovers, minus `exclude`)."""
+
+    def __init__(
+        self,
+        topic_names: Iterable[str] | None = None,
+        *,
+        context=None,
+        use_sim_time: bool = False,
+        node_name: str = "run_monitor",
+        exclude: Iterable[str] = (),
+        discovery_period_s: float = 0.5,
+        latency_capacity: int = 10_000,
+    ) -> None:
+        super().__init__(
+            node_name,
+            context=context,
+            parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, use_sim_time)],
+        )
+        self._watch_all = topic_names is None
+        self._exclude = set(exclude)
+        self._latency_capacity = latency_capacity
+        self._lock = threading.Lock()
+        self._stats: dict[str, TopicStats] = {}
+        self._unresolvable: set[str] = set()
+        for name in topic_names or ():
+            self._stats[name] = TopicStats()
+        # Discovery runs on the steady clock: under sim time a timer would wait for /clock.
+        self.create_timer(
+            discovery_period_s, self.discover, clock=Clock(clock_type=ClockType.STEADY_TIME)
+        )
+        self.discover()
+
+    def discover(self) -> None:
+        """Subscribe to watched topics that have appeared in the graph since the last call."""
+        for name, type_names in self.get_topic_names_and_types():
+            if name in self._exclude or not type_names:
+                continue
+            with self._lock:
+                stats = self._stats.get(name)
+                if stats is None and not self._watch_all:
+                    continue
+                if stats is not None and stats.type_name is not None:
+                    continue
+            self._subscribe(name, type_names[0])
+
+    def _subscribe(self, name: str, type_name: str) -> None:
+        try:
+            msg_type = message_class(type_name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            if name not in self._unresolvable:
+                self._unresolvable.add(name)
+                self.get_logger().warning(f"not monitoring {name}: type {type_name}: {exc}")
+            return
+        is_image = type_name == IMAGE_TYPE
+        # Best effort + volatile matches every publisher (reliable or not); latched samples
+        # published before we joined are missed, which a rate measurement does not need.
+        qos = QoSProfile(
+            history=HistoryPolicy.KEEP_LAST,
+            depth=10 if is_image else 100,
+            reliability=ReliabilityPolicy.BEST_EFFORT,
+            durability=DurabilityPolicy.VOLATILE,
+        )
+        with self._lock:
+            stats = self._stats.setdefault(name, TopicStats())
+            stats.type_name = type_name
+            if is_image:
+                stats.latency_ms = Reservoir(self._latency_capacity)
+        callback = self._image_callback(stats) if is_image else self._counting_callback(stats)
+        self.create_subscription(msg_type, name, callback, qos, raw=True)
+
+    def _count(self, stats: TopicStats) -> int:
+        """Record one receipt; returns the receipt time in the node's clock (ns, 0 = unset)."""
+        now_ns = self.get_clock().now().nanoseconds
+        wall = time.monotonic()
+        with self._lock:
+            stats.count += 1
+            stats.wall_rate.add(wall)
+            if now_ns > 0:  # under sim time the clock reads 0 until the first /clock
+                stats.ros_rate.add(now_ns * 1e-9)
+        return now_ns
+
+    def _counting_callback(self, stats: TopicStats):
+        def on_message(_serialized: bytes) -> None:
+            self._count(stats)
+
+        return on_message
+
+    def _image_callback(self, stats: TopicStats):
+        def on_image(serialized: bytes) -> None:
+            now_ns = self._count(stats)
+            stamp_ns = header_stamp_ns(serialized)
+            if now_ns > 0 and stamp_ns:
+                with self._lock:
+                    stats.latency_ms.add((now_ns - stamp_ns) * 1e-6)
+
+        return on_image
+
+    def report(self) -> dict:
+        """{"topics": {name: {"type", "count", "rate_hz", "wall_rate_hz"}},
+        "cameras": {name: {"latency_ms": {"p50", "p99", "max", "mean", "n"}, "rate_hz"}}}"""
+        topics_report, cameras = {}, {}
+        with self._lock:
+            for name, stats in sorted(self._stats.items()):
+                topics_report[name] = {
+                    "type": stats.type_name,
+                    "count": stats.count,
+                    "rate_hz": stats.ros_rate.rate_hz,
+                    "wall_rate_hz": stats.wall_rate.rate_hz,
+                }
+                camera = camera_name_of(name)
+                if camera is None:
+                    continue
+                summary = stats.latency_ms.summary() if stats.latency_ms else {"n": 0}
+                cameras[camera] = {
+                    "latency_ms": {
+                        key: summary.get(key) for key in ("p50", "p99", "max", "mean", "n")
+                    },
+                    "rate_hz": stats.ros_rate.rate_hz,
+                }
+        return {"topics": topics_report, "cameras": cameras}

@@ -1,0 +1,274 @@
+"""MuJoCo FR3 with ros2_control-like command interfaces (no ROS): JTC, forward position, gripper.
+
+The arm follows a setpoint through the model's position actuators. The setpoint comes from the
+active trajectory (sampled every 1 ms physics step), from the last forward position command, or
+is held. A rejected command returns its reason and freezes the setpoint where it is, stopping any
+trajectory in progress. Not thread-safe: callers serialise access (the driver node holds a lock).
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.trajectory import (
+    TrajectoryRejected,
+    TrajectorySampler,
+    column_order,
+    validate_trajectory,
+)
+from vla_runtime.sim.scene import SceneConfig, build_scene, cube_names, cube_poses
+
+GRIPPER_ACTUATOR = "hand"
+MODEL_FINGER_JOINTS = ("finger_joint1", "finger_joint2")
+
+
+class Simulator:
+    def __init__(self, config: SceneConfig = SceneConfig()):
+        self.config = config
+        self.robot = load_robot(config.robot)
+        self.model, self.xml = build_scene(config)
+        self.data = mujoco.MjData(self.model)
+        self.dt = float(self.model.opt.timestep)
+        model = self.model
+        arm_qpos = [model.joint(j).qposadr[0] for j in self.robot.joints]
+        finger_qpos = [model.joint(j).qposadr[0] for j in MODEL_FINGER_JOINTS]
+        # Arm then fingers are the first qpos/qvel entries of the FR3 model; slices keep the hot
+        # path cheap, so make sure that layout holds.
+        if arm_qpos + finger_qpos != list(range(self.robot.dof + 2)):
+            raise RuntimeError(f"unexpected joint layout {arm_qpos + finger_qpos}")
+        self._arm = slice(0, self.robot.dof)
+        self._joints = slice(0, self.robot.dof + 2)
+        self._arm_actuators = slice(0, self.robot.dof)
+        self._gripper_actuator = model.actuator(GRIPPER_ACTUATOR).id
+        # The gripper actuator is a spring on the finger tendon (mean finger opening = width/2):
+        # gain * ctrl = stiffness * width / 2 at rest.
+        gain = float(model.actuator_gainprm[self._gripper_actuator, 0])
+        stiffness = -float(model.actuator_biasprm[self._gripper_actuator, 1])
+        self._ctrl_per_metre = stiffness / (2.0 * gain)
+        self._cube_qpos = [model.joint(name).qposadr[0] for name in cube_names(config)]
+        self._cube_qvel = [model.joint(name).dofadr[0] for name in cube_names(config)]
+        self.max_width = self.robot.gripper_max_width
+        self.arm_joint_names = self.robot.joints
+        self.joint_names = self.robot.joints + self.robot.gripper_joints
+        self._trajectory_joints = (*self.robot.joints, self.robot.gripper_joints[0])
+        self._lower = (*self.robot.position_min, 0.0)
+        self._upper = (*self.robot.position_max, self.max_width / 2)
+        self._home_key = model.key("home").id
+        self._seed = config.seed
+        self.reset()
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        return self.data.time
+
+    @property
+    def arm_positions(self) -> np.ndarray:
+        return self.data.qpos[self._arm].copy()
+
+    @property
+    def arm_velocities(self) -> np.ndarray:
+        return self.data.qvel[self._arm].copy()
+
+    @property
+    def finger_positions(self) -> np.ndarray:
+        return self.data.qpos[self.robot.dof : self.robot.dof + 2].copy()
+
+    @property
+    def finger_velocities(self) -> np.ndarray:
+        return self.data.qvel[self.robot.dof : self.robot.dof + 2].copy()
+
+    @property
+    def gripper_width(self) -> float:
+        return float(self.data.qpos[self.robot.dof] + self.data.qpos[self.robot.dof + 1])
+
+    def joint_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and velocities in `joint_names` order (arm joints, then both fingers)."""
+        return self.data.qpos[self._joints].copy(), self.data.qvel[self._joints].copy()
+
+    @property
+    def qpos(self) -> np.ndarray:
+        """Full generalized positions (arm, fingers, cube free joints) for renderers."""
+        return self.data.qpos.copy()
+
+    @property
+    def trajectory_active(self) -> bool:
+        return self._sampler is not None
+
+    @property
+    def setpoint(self) -> np.ndarray:
+        """The arm position setpoint now."""
+        return self._setpoint_now()[0][self._arm].copy()
+
+    def cube_positions(self) -> dict[str, np.ndarray]:
+        return {
+            name: self.data.qpos[adr : adr + 3].copy()
+            for name, adr in zip(cube_names(self.config), self._cube_qpos, strict=True)
+        }
+
+    # -- stepping ----------------------------------------------------------------------------
+    def step(self, n: int = 1) -> None:
+        """Advance n physics steps of `dt`, updating the setpoint every step while a trajectory
+        runs (like a 1 kHz controller manager)."""
+        model, data = self.model, self.data
+        sampler = self._sampler
+        if sampler is None:
+            mujoco.mj_step(model, data, n)
+            return
+        ctrl = data.ctrl
+        arm = self._arm_actuators
+        with_finger = self._sampler_has_finger
+        for _ in range(n):
+            p = sampler.position(data.time + self.dt)
+            ctrl[arm] = p[arm]
+            if with_finger:
+                ctrl[self._gripper_actuator] = 2.0 * p[-1] * self._ctrl_per_metre
+            mujoco.mj_step(model, data)
+        if sampler.done(data.time):
+            self._freeze(*self._setpoint_now()[:1])
+
+    # -- commands ----------------------------------------------------------------------------
+    def set_trajectory(
+        self,
+        names,
+        positions,
+        times,
+        velocities=None,
+        accelerations=None,
+        start_time: float = 0.0,
+    ) -> str | None:
+        """Follow a JointTrajectory (times = time_from_start in s; start_time 0 means now).
+
+        Returns None when accepted, else the reason (and the sim holds)."""
+        reason = validate_trajectory(
+            names, positions, velocities, accelerations, times,
+            self.robot.joints, self._trajectory_joints[-1:], self._lower, self._upper,
+        )  # fmt: skip
+        if reason is not None:
+            self.hold()
+            return reason
+        cols = column_order(names, self._trajectory_joints)
+
+        def reorder(rows):
+            if not rows:
+                return None
+            return [[row[c] for c in cols] if len(row) else () for row in rows]
+
+        with_finger = len(cols) > self.robot.dof
+        now = self.time
+        start = now if start_time == 0.0 else float(start_time)
+        p, v, a = self._setpoint_now()
+        width = self.robot.dof + 1 if with_finger else self.robot.dof
+        p, v, a = p[:width], v[:width], a[:width]
+        if start > now:  # the setpoint holds until the trajectory begins
+            v, a = np.zeros(width), np.zeros(width)
+        try:
+            sampler = TrajectorySampler(
+                start, p, list(times), np.asarray(positions, dtype=float)[:, cols],
+                reorder(velocities), reorder(accelerations),
+                start_velocities=v, start_accelerations=a, now=now,
+            )  # fmt: skip
+        except TrajectoryRejected as exc:
+            self.hold()
+            return str(exc)
+        self._sampler = sampler
+        self._sampler_has_finger = with_finger
+        return None
+
+    def set_forward_positions(self, positions) -> str | None:
+        """Forward position controller command: one position per arm joint."""
+        values = list(positions)
+        if len(values) != self.robot.dof:
+            reason = f"{len(values)} positions for {self.robot.dof} arm joints"
+        elif not all(math.isfinite(v) for v in values):
+            reason = f"non-finite positions {values}"
+        else:
+            reason = next(
+                (
+                    f"{name} = {v} outside [{lo}, {hi}]"
+                    for name, v, lo, hi in zip(
+                        self.robot.joints, values, self.robot.position_min,
+                        self.robot.position_max, strict=True,
+                    )  # fmt: skip
+                    if not lo <= v <= hi
+                ),
+                None,
+            )
+        if reason is not None:
+            self.hold()
+            return reason
+        self._freeze(np.asarray(values, dtype=float))
+        return None
+
+    def set_gripper(self, width: float) -> str | None:
+        """Gripper opening in metres (0 closed .. max width)."""
+        try:
+            width = float(width)
+        except (TypeError, ValueError):
+            width = math.nan
+        if not math.isfinite(width):
+            reason = f"gripper width {width!r} is not a finite number"
+        elif not 0.0 <= width <= self.max_width:
+            reason = f"gripper width {width} outside [0, {self.max_width}]"
+        else:
+            self.data.ctrl[self._gripper_actuator] = width * self._ctrl_per_metre
+            if self._sampler_has_finger:  # a gripper command takes the fingers off the trajectory
+                self._sampler_has_finger = False
+            return None
+        self.hold()
+        return reason
+
+    def hold(self) -> None:
+        """Freeze the setpoint where it is now; any trajectory in progress stops."""
+        self._freeze(self._setpoint_now()[0])
+
+    def randomize(self, seed: int) -> None:
+        """Re-place the cubes at the seeded random poses (robot untouched)."""
+        self._seed = seed
+        self._place_cubes(seed)
+        mujoco.mj_forward(self.model, self.data)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Home pose, gripper open, time 0, cubes placed by `seed` (default: the last one)."""
+        mujoco.mj_resetDataKeyframe(self.model, self.data, self._home_key)
+        if seed is not None:
+            self._seed = seed
+        self._place_cubes(self._seed)
+        self._sampler: TrajectorySampler | None = None
+        self._sampler_has_finger = False
+        self._hold_positions = np.array(self.robot.home)
+        mujoco.mj_forward(self.model, self.data)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _place_cubes(self, seed: int) -> None:
+        poses = cube_poses(len(self._cube_qpos), seed, self.config.cube_size)
+        for qadr, vadr, (pos, quat) in zip(self._cube_qpos, self._cube_qvel, poses, strict=True):
+            self.data.qpos[qadr : qadr + 3] = pos
+            self.data.qpos[qadr + 3 : qadr + 7] = quat
+            self.data.qvel[vadr : vadr + 6] = 0.0
+
+    def _setpoint_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Arm setpoint (plus the finger setpoint as the last entry) and its derivatives now."""
+        finger = self.data.ctrl[self._gripper_actuator] / (2.0 * self._ctrl_per_metre)
+        if self._sampler is not None:
+            p, v, a = self._sampler.sample(self.time)
+            if self._sampler_has_finger:
+                return p.copy(), v.copy(), a.copy()
+            return np.append(p, finger), np.append(v, 0.0), np.append(a, 0.0)
+        zeros = np.zeros(self.robot.dof + 1)
+        return np.append(self._hold_positions, finger), zeros, zeros
+
+    def _freeze(self, positions: np.ndarray) -> None:
+        """Hold `positions` (arm, optionally + finger) as the setpoint; trajectory stops."""
+        arm = np.array(positions[: self.robot.dof], dtype=float)
+        if len(positions) > self.robot.dof:
+            finger = float(positions[self.robot.dof])
+            self.data.ctrl[self._gripper_actuator] = 2.0 * finger * self._ctrl_per_metre
+        self._sampler = None
+        self._sampler_has_finger = False
+        self._hold_positions = arm
+        self.data.ctrl[self._arm_actuators] = arm
