@@ -175,13 +175,12 @@ def run_stack(
     covered_s = 0.0
     try:
         with tempfile.TemporaryDirectory(prefix=f"vla_{stack.name}_") as tmp:
-            if echo:
-                where = "localhost" if localhost_only else "default discovery range"
-                print(
-                    f"stack {stack.name!r}: {len(stack.nodes)} nodes on ROS_DOMAIN_ID="
-                    f"{claim.domain_id} ({where})",
-                    flush=True,
-                )
+            where = "localhost" if localhost_only else "default discovery range"
+            print(
+                f"stack {stack.name!r}: {len(stack.nodes)} nodes on ROS_DOMAIN_ID="
+                f"{claim.domain_id} ({where})",
+                flush=True,
+            )
             monitor = _Monitor(stack, claim) if measure else None
             for spec in stack.nodes:
                 procs.append(start_node(spec, env, Path(tmp), echo))
