@@ -116,7 +116,7 @@ class _Monitor:
         self._context = Context()
         rclpy.init(context=self._context, domain_id=claim.domain_id)
         self.node = RunMonitor(
-            topics=list(stack.report_topics), context=self._context, use_sim_time=stack.use_sim_time
+            list(stack.report_topics), context=self._context, use_sim_time=stack.use_sim_time
         )
         self._executor = SingleThreadedExecutor(context=self._context)
         self._executor.add_node(self.node)
