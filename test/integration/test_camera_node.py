@@ -150,7 +150,9 @@ def test_missing_file_is_reported_and_frames_start_when_it_appears(rclpy_context
             if s.level == level and "late" in s.message and s.hardware_id.endswith("late.avi")
         ]
 
-    proc = start_camera(tmp_path, "late", path=video, retry_period_s=0.2, fps=10.0)
+    proc = start_camera(
+        tmp_path, "late", path=video, retry_period_s=0.2, fps=10
+    )  # int fps: as YAML gives it
     try:
         assert spin_until(executor, lambda: about_late(DiagnosticStatus.ERROR), timeout=60)
         assert "does not exist" in about_late(DiagnosticStatus.ERROR)[-1].message
@@ -172,3 +174,161 @@ def test_missing_file_is_reported_and_frames_start_when_it_appears(rclpy_context
         node.destroy_node()
     assert code == 0, log
     assert "does not exist" in log  # the warning log names the problem too
+
+
+SCENE_XML = """
+<mujoco>
+  <worldbody>
+    <light pos="0 0 3"/>
+    <geom type="plane" size="2 2 0.1" rgba="0.8 0.8 0.8 1"/>
+    <body name="box" pos="0 0 0">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" rgba="1 0 0 1"/>
+    </body>
+    <camera name="top" pos="0 0 1.5" fovy="60"/>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_sim_camera_renders_scene_state_with_its_sim_stamp(rclpy_context, tmp_path):
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import CameraInfo, Image
+    from std_msgs.msg import Float64MultiArray, String
+
+    node = rclpy.create_node("probe", context=rclpy_context)
+    images, infos, statuses = [], [], []
+    node.create_subscription(
+        Image, topics.camera_image("top"), images.append, qos_profile_sensor_data
+    )
+    node.create_subscription(
+        CameraInfo, topics.camera_info("top"), infos.append, qos_profile_sensor_data
+    )
+    node.create_subscription(
+        DiagnosticArray, topics.DIAGNOSTICS, lambda msg: statuses.extend(msg.status), 50
+    )
+    latched = QoSProfile(
+        depth=1,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    )
+    node.create_publisher(String, topics.SIM_SCENE_XML, latched).publish(String(data=SCENE_XML))
+    state_pub = node.create_publisher(
+        Float64MultiArray, topics.SIM_SCENE_STATE, qos_profile_sensor_data
+    )
+    executor = SingleThreadedExecutor(context=rclpy_context)
+    executor.add_node(node)
+
+    def stamped(sim_time):
+        for image in images:
+            if image.header.stamp.sec + image.header.stamp.nanosec * 1e-9 == sim_time:
+                return image
+        return None
+
+    def show(state, sim_time, timeout=60):
+        """Publish the state until the camera has published a frame of it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and stamped(sim_time) is None:
+            state_pub.publish(Float64MultiArray(data=[sim_time, *state]))
+            spin_until(executor, lambda: stamped(sim_time) is not None, timeout=0.2)
+        return stamped(sim_time)
+
+    def centre_rgb(image):
+        pixels = np.frombuffer(bytes(image.data), np.uint8).reshape(image.height, image.width, 3)
+        return pixels[image.height // 2, image.width // 2].astype(int)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vla_runtime.nodes.camera", "--ros-args"]
+        + ["-p", "camera_name:=top", "-p", "source:=sim", "-p", "width:=64", "-p", "height:=48"],
+        stdout=open(tmp_path / "camera_top.log", "w"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl")),
+    )
+    try:
+        centred = show([0, 0, 0.1, 1, 0, 0, 0], 1.5)
+        assert centred is not None, "no frame of the first state"
+        red, green, blue = centre_rgb(centred)
+        assert red > 100 and red > 2 * green and red > 2 * blue  # the red box below the camera
+
+        moved = show([0.8, 0, 0.1, 1, 0, 0, 0], 2.25)
+        assert moved is not None, "no frame of the moved state"
+        red, green, blue = centre_rgb(moved)
+        assert red < 2 * green  # the floor, not the box
+
+        # A state that does not fit the scene is reported; the node lives on.
+        spin_until(executor, lambda: False, timeout=0.2)
+        for _ in range(20):
+            state_pub.publish(Float64MultiArray(data=[3.0, 1.0, 2.0]))
+            if spin_until(
+                executor,
+                lambda: any(
+                    s.level == DiagnosticStatus.ERROR and "render failed" in s.message
+                    for s in statuses
+                ),
+                timeout=0.5,
+            ):
+                break
+        assert any(s.level == DiagnosticStatus.ERROR and "top" in s.message for s in statuses)
+        assert stamped(3.0) is None
+        assert proc.poll() is None
+        assert show([0, 0, 0.1, 1, 0, 0, 0], 4.0) is not None  # and recovers
+    finally:
+        code, log = stop(proc, tmp_path, "top")
+        executor.shutdown()
+        node.destroy_node()
+    assert code == 0, log
+
+    assert (centred.encoding, centred.width, centred.height) == ("rgb8", 64, 48)
+    info = infos[-1]
+    focal = 0.5 * 48 / np.tan(np.radians(30.0))  # MuJoCo's fovy is vertical
+    np.testing.assert_allclose(
+        np.reshape(info.k, (3, 3)), [[focal, 0, 32], [0, focal, 24], [0, 0, 1]]
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"source": "webcam"}, "source must be one of"),
+        ({"source": "file"}, "needs the 'path'"),
+        ({"source": "sim", "width": -4}, "width/height"),
+        ({"source": "sim", "fps": "fast"}, "parameter fps must be float"),
+        ({"source": "sim", "retry_period_s": 0.0}, "retry_period_s"),
+    ],
+)
+def test_bad_parameters_are_clear_errors(rclpy_context, overrides, message):
+    from rclpy.parameter import Parameter
+
+    from vla_runtime.nodes.camera import CameraNode
+
+    params = [Parameter(key, value=value) for key, value in overrides.items()]
+    with pytest.raises(ValueError, match=message):
+        CameraNode(context=rclpy_context, parameter_overrides=params)
+
+
+def test_missing_device_is_retried_in_process(rclpy_context):
+    from diagnostic_msgs.msg import DiagnosticStatus
+    from rclpy.parameter import Parameter
+
+    from vla_runtime.nodes.camera import CameraNode
+
+    params = {"source": "device", "device": "/dev/video_vla_absent", "retry_period_s": 0.1}
+    node = CameraNode(
+        context=rclpy_context,
+        parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while node._status[0] != DiagnosticStatus.ERROR and time.monotonic() < deadline:
+            time.sleep(0.05)
+        level, message = node._status
+        assert level == DiagnosticStatus.ERROR
+        assert "/dev/video_vla_absent does not exist" in message
+        time.sleep(0.3)  # a few retries later the capture thread is still trying
+        assert node._thread.is_alive()
+    finally:
+        node.close()
+        node.destroy_node()
+    assert not node._thread.is_alive()

@@ -197,6 +197,9 @@ def test_calibration_errors(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(CalibrationError, match=message):
         load_calibration(path)
+
+
+def test_missing_calibration_file(tmp_path):
     with pytest.raises(CalibrationError, match="cannot read"):
         load_calibration(tmp_path / "absent.yaml")
 

@@ -7,9 +7,9 @@ Sources (parameter `source`):
   stamped with the sim time of the state it shows.
 
 `fps` caps the publish rate; 0 (the default) means the source's own rate: the file's fps,
-whatever the device delivers, 15 Hz for sim. A camera that is missing or stops delivering is
-reported (warning + /diagnostics) and retried every `retry_period_s`; the node never exits
-because of it.
+whatever the device delivers, 15 Hz for sim (and for a file that does not state its fps).
+A camera that is missing or stops delivering is reported (warning + /diagnostics) and retried
+every `retry_period_s`; the node never exits because of it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.time import Time
@@ -43,7 +44,7 @@ from vla_runtime.drivers.cameras import (
 from vla_runtime.nodes.runtime import run_node
 
 SOURCES = ("sim", "device", "file")
-SIM_DEFAULT_FPS = 15.0
+DEFAULT_FPS = 15.0  # sim cameras, and files whose fps is unknown
 SIM_DEFAULT_SIZE = (224, 224)
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
@@ -52,18 +53,18 @@ LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
 class CameraNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "camera"), **kwargs)
-        declare = self.declare_parameter
-        self.camera_name = declare("camera_name", "camera").value
-        self.source_kind = declare("source", "sim").value
-        self.device = str(declare("device", "0").value)
-        self.path = declare("path", "").value
-        self.fps = float(declare("fps", 0.0).value)
-        self.width = int(declare("width", 0).value)
-        self.height = int(declare("height", 0).value)
-        self.frame_id = declare("frame_id", "").value or f"{self.camera_name}_optical_frame"
-        calibration_file = declare("calibration_file", "").value
-        self.retry_period_s = float(declare("retry_period_s", 1.0).value)
-        self.sim_camera = declare("sim_camera", "").value or self.camera_name
+        param = self._param
+        self.camera_name = param("camera_name", "camera")
+        self.source_kind = param("source", "sim")
+        self.device = param("device", "0")
+        self.path = param("path", "")
+        self.fps = param("fps", 0.0)
+        self.width = param("width", 0)
+        self.height = param("height", 0)
+        self.frame_id = param("frame_id", "") or f"{self.camera_name}_optical_frame"
+        calibration_file = param("calibration_file", "")
+        self.retry_period_s = param("retry_period_s", 1.0)
+        self.sim_camera = param("sim_camera", "") or self.camera_name
 
         if self.source_kind not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got '{self.source_kind}'")
@@ -102,6 +103,19 @@ class CameraNode(Node):
                 target=self._capture_loop, name=f"capture-{self.camera_name}", daemon=True
             )
             self._thread.start()
+
+    def _param(self, name: str, default):
+        """Declare a parameter and convert it to the default's type, so `device:=0` (an
+        int on the command line) or `fps: 15` (an int in YAML) are accepted."""
+        descriptor = ParameterDescriptor(dynamic_typing=True)
+        value = self.declare_parameter(name, default, descriptor).value
+        kind = type(default)
+        try:
+            if kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"parameter {name} must be {kind.__name__}, got {value!r}") from None
 
     # ------------------------------------------------------------ status and diagnostics
 
@@ -231,6 +245,8 @@ class CameraNode(Node):
                     next_due = time.monotonic()
                     self._set_status(OK, "streaming")
                 rate = self.fps or source.fps
+                if not rate and self.source_kind == "file":
+                    rate = DEFAULT_FPS  # never read a file as fast as the disk allows
                 period = 1.0 / rate if rate else 0.0
                 if self.source_kind == "file" and period:
                     # A file has no clock of its own: wait until the next frame is due.
@@ -269,7 +285,7 @@ class CameraNode(Node):
         self.create_subscription(
             Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, qos_profile_sensor_data
         )
-        self.create_timer(1.0 / (self.fps or SIM_DEFAULT_FPS), self._render_sim)
+        self.create_timer(1.0 / (self.fps or DEFAULT_FPS), self._render_sim)
         self._set_status(WARN, f"waiting for the scene on {topics.SIM_SCENE_XML}")
 
     def _on_scene_xml(self, msg: String) -> None:
