@@ -5,8 +5,15 @@ CLOCK = "/clock"
 INSTRUCTION = "/vla/instruction"
 COMPUTE_MODE = "/vla/compute_mode"
 INFERENCE_REQUEST = "/vla/inference_request"
+# Action chunks (trajectory_msgs/JointTrajectory): header.stamp = capture time of the newest
+# image used; points[k].time_from_start = when action k applies, relative to that stamp;
+# joint_names = arm joints + the gripper joint (e.g. fr3_finger_joint1, one finger's opening
+# in m = gripper width / 2, the unit the JointTrajectoryController uses).
 ACTION_CHUNK = "/vla/action_chunk"
 CHECKED_CHUNK = "/vla/checked_chunk"
+# Control-rate setpoint from the streamer to the safety gate: sensor_msgs/JointState with
+# header.stamp = the time the setpoint is for, name = arm joints + gripper joint, position and
+# velocity filled. The gate converts it to the driver's interface.
 COMMAND = "/vla/command"
 ESTOP = "/vla/estop"
 ENGINE_STATS = "/vla/engine/stats"
