@@ -40,6 +40,8 @@ setup(
             "vla-sim-driver = vla_runtime.drivers.sim.node:main",
             "vla-camera = vla_runtime.nodes.camera:main",
             "vla-engine = vla_runtime.nodes.engine:main",
+            "vla-streamer = vla_runtime.nodes.streamer:main",
+            "vla-safety = vla_runtime.nodes.safety:main",
         ],
     },
 )
