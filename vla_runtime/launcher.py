@@ -255,9 +255,12 @@ def format_summary(report: dict) -> str:
         lines.append(f"  {name:<42} {t['count']:>7} msgs {t['rate_hz']:>9.1f} Hz")
     for name, c in sorted(report.get("cameras", {}).items()):
         lat = c["latency_ms"]
-        lines.append(
-            f"  camera {name:<35} latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms"
-        )
+        if lat.get("p50") is None:
+            lines.append(f"  camera {name:<35} no frames measured")
+        else:
+            lines.append(
+                f"  camera {name:<35} latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms"
+            )
     for name, n in report["nodes"].items():
         state = "died" if n.get("died") else ("stopped cleanly" if n["clean"] else "unclean stop")
         lines.append(f"  node {name:<37} exit {n['exit_code']}  {state}")

@@ -132,3 +132,11 @@ def test_trajectory_ending_in_the_past_is_rejected():
 def test_start_shape_must_match():
     with pytest.raises(ValueError, match="joints"):
         TrajectorySampler(0.0, [0.0, 0.0, 0.0], [1.0], np.zeros((1, 2)))
+
+
+def test_position_matches_sample():
+    s = TrajectorySampler(
+        0.0, [0.0, 1.0], [0.5, 1.5], [[1.0, 0.0], [0.5, 2.0]], velocities=[[1.0, 0.0], [0.0, 0.0]]
+    )
+    for t in (-1.0, 0.0, 0.2, 0.5, 0.9, 1.5, 3.0):
+        np.testing.assert_array_equal(s.position(t), s.sample(t)[0])

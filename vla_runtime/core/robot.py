@@ -1,18 +1,16 @@
 """Robot descriptions (joint names, limits, home pose, controller names) from config/robots/*.yaml.
 
-The config directory is found next to the package in a source checkout, else in the ament share
-directory (colcon install), else under `sys.prefix/share` (pip install with data_files).
+The config directory is found by `core.paths.config_dir` (source tree, colcon or pip install).
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
-PACKAGE = "vla_runtime"
+from vla_runtime.core.paths import config_dir
+
 
 
 @dataclass(frozen=True)
@@ -36,23 +34,6 @@ class RobotConfig:
     @property
     def dof(self) -> int:
         return len(self.joints)
-
-
-def config_dir() -> Path:
-    """The installed or checked-out `config/` directory of the package."""
-    checkout = Path(__file__).resolve().parents[2] / "config"
-    if checkout.is_dir():
-        return checkout
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
-
-        try:
-            return Path(get_package_share_directory(PACKAGE)) / "config"
-        except PackageNotFoundError:
-            pass
-    except ImportError:
-        pass
-    return Path(sys.prefix) / "share" / PACKAGE / "config"
 
 
 def _floats(values, what: str, n: int) -> tuple[float, ...]:

@@ -45,9 +45,7 @@ class SceneRenderer:
         """Pinhole K (3x3) of this camera at the rendered size; MuJoCo's fovy is vertical."""
         fovy = math.radians(float(self.model.cam_fovy[self._camera_id]))
         f = 0.5 * self.height / math.tan(fovy / 2.0)
-        return np.array(
-            [[f, 0.0, self.width / 2.0], [0.0, f, self.height / 2.0], [0.0, 0.0, 1.0]]
-        )
+        return np.array([[f, 0.0, self.width / 2.0], [0.0, f, self.height / 2.0], [0.0, 0.0, 1.0]])
 
     def close(self) -> None:
         self._renderer.close()

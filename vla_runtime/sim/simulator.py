@@ -191,8 +191,11 @@ class Simulator:
                 (
                     f"{name} = {v} outside [{lo}, {hi}]"
                     for name, v, lo, hi in zip(
-                        self.robot.joints, values, self.robot.position_min,
-                        self.robot.position_max, strict=True,
+                        self.robot.joints,
+                        values,
+                        self.robot.position_min,
+                        self.robot.position_max,
+                        strict=True,
                     )  # fmt: skip
                     if not lo <= v <= hi
                 ),
@@ -238,9 +241,12 @@ class Simulator:
         if seed is not None:
             self._seed = seed
         self._place_cubes(self._seed)
+        home = np.array(self.robot.home)  # exact: the keyframe text holds rounded values
+        self.data.qpos[self._arm] = home
+        self.data.ctrl[self._arm_actuators] = home
         self._sampler: TrajectorySampler | None = None
         self._sampler_has_finger = False
-        self._hold_positions = np.array(self.robot.home)
+        self._hold_positions = home
         mujoco.mj_forward(self.model, self.data)
 
     # -- internals ---------------------------------------------------------------------------

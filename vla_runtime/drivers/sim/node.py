@@ -1,0 +1,317 @@
+"""Simulated arm driver: MuJoCo physics at 1 kHz behind ros2_control-style topics.
+
+Physics runs in its own thread, paced to wall time x real_time_factor (or as fast as possible, or
+lock-step on /sim/step requests). The driver is the clock source: it publishes /clock and stamps
+everything with sim time, so it never uses sim time itself. Cameras render in their own
+processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String, UInt32
+from trajectory_msgs.msg import JointTrajectory
+
+from vla_runtime.core import topics
+from vla_runtime.core.robot import load_robot
+from vla_runtime.nodes.runtime import run_node
+from vla_runtime.sim.scene import SceneConfig
+from vla_runtime.sim.simulator import Simulator
+
+# Free-running pacing: when physics falls this far behind wall time x RTF (a loaded machine), it
+# stops trying to catch up and rebases, so it never bursts through seconds of backlog.
+MAX_LAG_S = 0.25
+RTF_WINDOW_S = 2.0  # wall seconds over which the achieved real-time factor is measured
+LATCHED = QoSProfile(
+    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+)
+BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+def _stamp_of(seconds: float):
+    ns = round(seconds * 1e9)
+    return divmod(ns, 1_000_000_000)
+
+
+class SimDriverNode(Node):
+    def __init__(self, name: str = "sim_driver"):
+        super().__init__(name)
+        robot_name = self.declare_parameter("robot", "fr3").value
+        robot = load_robot(robot_name)
+        seed = int(self.declare_parameter("seed", 0).value)
+        n_cubes = int(self.declare_parameter("n_cubes", 4).value)
+        self.rtf = float(self.declare_parameter("real_time_factor", 1.0).value)
+        self.lockstep = bool(self.declare_parameter("lockstep", False).value)
+        rates = {
+            key: float(self.declare_parameter(key, default).value)
+            for key, default in (
+                ("state_rate_hz", 250.0), ("clock_rate_hz", 500.0), ("scene_state_rate_hz", 100.0)
+            )
+        }  # fmt: skip
+        yaml_keys = dict(trajectory="trajectory", forward="forward_position", gripper="gripper")
+        controllers = {
+            key: self.declare_parameter(f"{key}_controller", robot.controllers[yaml_key]).value
+            for key, yaml_key in yaml_keys.items()
+        }
+        if self.rtf < 0.0:
+            raise ValueError(f"real_time_factor must be >= 0, got {self.rtf}")
+        if self.get_parameter("use_sim_time").value:
+            # The driver is the clock source; following /clock would make it wait on itself.
+            self.get_logger().warning("use_sim_time ignored: the sim driver publishes /clock")
+            self.set_parameters([Parameter("use_sim_time", value=False)])
+
+        self.sim = Simulator(SceneConfig(robot=robot_name, n_cubes=n_cubes, seed=seed))
+        self._lock = threading.Lock()
+        # Publication periods in physics steps, so stamps sit exactly on the sim-time grid.
+        steps_per_s = round(1.0 / self.sim.dt)
+        self._periods = {}
+        for key, rate in rates.items():
+            if not 0.0 < rate <= steps_per_s:
+                raise ValueError(f"{key} must be in (0, {steps_per_s}], got {rate}")
+            self._periods[key] = max(1, round(steps_per_s / rate))
+        self._steps = 0
+
+        self._clock_pub = self.create_publisher(Clock, topics.CLOCK, 10)
+        self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
+        self._scene_pub = self.create_publisher(
+            Float64MultiArray, topics.SIM_SCENE_STATE, BEST_EFFORT
+        )
+        self._xml_pub = self.create_publisher(String, topics.SIM_SCENE_XML, LATCHED)
+        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self._clock_msg = Clock()
+        self._state_msg = JointState(name=list(self.sim.joint_names))
+        self._scene_msg = Float64MultiArray()
+
+        self._topics = {
+            "trajectory": topics.trajectory_command(controllers["trajectory"]),
+            "forward": topics.forward_command(controllers["forward"]),
+            "gripper": topics.forward_command(controllers["gripper"]),
+        }
+        self.create_subscription(
+            JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
+        )
+        self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
+        self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
+        self.create_subscription(UInt32, topics.SIM_STEP, self._on_step_request, 10)
+        self.add_on_set_parameters_callback(self._on_parameters)
+
+        self._pending_steps = 0
+        self._wake = threading.Condition(self._lock)
+        self._running = True
+        self.achieved_rtf = float("nan")
+        self._publish_xml()
+        self._publish_all()
+        self._thread = threading.Thread(target=self._physics_loop, name="physics", daemon=True)
+        self._thread.start()
+        self.create_timer(1.0, self._check_physics)
+        mode = "lock-step" if self.lockstep else f"real-time factor {self.rtf:g}"
+        self.get_logger().info(
+            f"simulated {robot_name} ({n_cubes} cubes, seed {seed}), {mode}; commands on "
+            + ", ".join(self._topics.values())
+        )
+
+    # -- physics thread ----------------------------------------------------------------------
+    def _physics_loop(self) -> None:
+        try:
+            if self.lockstep:
+                self._lockstep_loop()
+            else:
+                self._free_loop()
+        except Exception as exc:
+            if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down under a publish
+                return
+            # Surface it instead of silently freezing the clock; _check_physics ends the node.
+            self.get_logger().fatal(f"physics thread died: {exc!r}")
+            raise
+
+    def _check_physics(self) -> None:
+        # Raising here ends the node with a non-zero exit, so the launcher reports the failure.
+        if self._running and not self._thread.is_alive():
+            raise RuntimeError("the physics thread died; see the log above")
+
+    def _lockstep_loop(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._pending_steps > 0 or not self._running)
+                if not self._running:
+                    return
+                n, self._pending_steps = self._pending_steps, 0
+            self._advance(n)
+            # Every batch ends with a clock, state and scene state at its final time.
+            off_grid = {key: self._steps % p != 0 for key, p in self._periods.items()}
+            self._publish(
+                off_grid["clock_rate_hz"],
+                off_grid["state_rate_hz"],
+                off_grid["scene_state_rate_hz"],
+            )
+
+    def _free_loop(self) -> None:
+        dt = self.sim.dt
+        batch_cap = max(1, round(MAX_LAG_S / dt))
+        wall0, sim0 = time.perf_counter(), self.sim.time
+        window_wall, window_sim = wall0, sim0
+        warned_at = 0.0
+        while self._running:
+            now = time.perf_counter()
+            if self.rtf > 0.0:
+                due = round((sim0 + (now - wall0) * self.rtf - self.sim.time) / dt)
+                if due > batch_cap:  # too far behind: rebase instead of bursting
+                    wall0, sim0 = now, self.sim.time
+                    due = batch_cap
+                if due <= 0:
+                    time.sleep(dt / self.rtf)
+                    continue
+            else:
+                due = 10
+            self._advance(due)
+            if now - window_wall >= RTF_WINDOW_S:
+                self.achieved_rtf = (self.sim.time - window_sim) / (now - window_wall)
+                window_wall, window_sim = now, self.sim.time
+                if self.rtf > 0 and self.achieved_rtf < 0.9 * self.rtf and now - warned_at > 30:
+                    warned_at = now
+                    self.get_logger().warning(
+                        f"physics runs at {self.achieved_rtf:.2f}x real time "
+                        f"(asked {self.rtf:g}x): the machine is too loaded"
+                    )
+
+    def _advance(self, n: int) -> None:
+        """Step n physics steps, publishing on the sim-time grid of each stream."""
+        periods = self._periods
+        while n > 0 and self._running:
+            k = min(n, *(p - self._steps % p for p in periods.values()))
+            with self._lock:
+                self.sim.step(k)
+            self._steps += k
+            n -= k
+            self._publish_due()
+
+    def _publish_due(self) -> None:
+        steps, periods = self._steps, self._periods
+        clock = steps % periods["clock_rate_hz"] == 0
+        state = steps % periods["state_rate_hz"] == 0
+        scene = steps % periods["scene_state_rate_hz"] == 0
+        if clock or state or scene:
+            self._publish(clock, state, scene)
+
+    def _publish_all(self) -> None:
+        self._publish(True, True, True)
+
+    def _publish(self, clock: bool, state: bool, scene: bool) -> None:
+        with self._lock:
+            t = self.sim.time
+            if state:
+                positions, velocities = self.sim.joint_state()
+            if scene:
+                qpos = self.sim.data.qpos.tolist()
+        sec, nanosec = _stamp_of(t)
+        if state:
+            msg = self._state_msg
+            msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+            msg.position = positions.tolist()
+            msg.velocity = velocities.tolist()
+            self._state_pub.publish(msg)
+        if scene:
+            self._scene_msg.data = [t, *qpos]
+            self._scene_pub.publish(self._scene_msg)
+        if clock:
+            self._clock_msg.clock.sec, self._clock_msg.clock.nanosec = sec, nanosec
+            self._clock_pub.publish(self._clock_msg)
+
+    def _publish_xml(self) -> None:
+        self._xml_pub.publish(String(data=self.sim.xml))
+
+    # -- commands ----------------------------------------------------------------------------
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        points = msg.points
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        with self._lock:
+            reason = self.sim.set_trajectory(
+                list(msg.joint_names),
+                [list(p.positions) for p in points],
+                [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in points],
+                velocities=[list(p.velocities) for p in points],
+                accelerations=[list(p.accelerations) for p in points],
+                start_time=stamp,
+            )
+        self._report("trajectory", reason)
+
+    def _on_forward(self, msg: Float64MultiArray) -> None:
+        with self._lock:
+            reason = self.sim.set_forward_positions(list(msg.data))
+        self._report("forward", reason)
+
+    def _on_gripper(self, msg: Float64MultiArray) -> None:
+        if len(msg.data) != 1:
+            with self._lock:
+                self.sim.hold()
+            reason = f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
+        else:
+            with self._lock:
+                reason = self.sim.set_gripper(msg.data[0])
+        self._report("gripper", reason)
+
+    def _report(self, command: str, reason: str | None) -> None:
+        if reason is None:
+            return
+        topic = self._topics[command]
+        self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
+        event = {"event": "rejected", "topic": topic, "reason": reason, "stamp": self.sim.time}
+        self._event_pub.publish(String(data=json.dumps(event)))
+
+    def _on_step_request(self, msg: UInt32) -> None:
+        if not self.lockstep:
+            self.get_logger().warning(
+                f"ignoring {topics.SIM_STEP}: not in lock-step mode", throttle_duration_sec=5.0
+            )
+            return
+        with self._wake:
+            self._pending_steps += int(msg.data)
+            self._wake.notify()
+
+    def _on_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        for param in params:
+            if param.name == "seed":
+                if param.type_ != Parameter.Type.INTEGER:
+                    return SetParametersResult(successful=False, reason="seed must be an integer")
+                with self._lock:
+                    self.sim.randomize(param.value)
+                self._publish_xml()  # tells cameras the scene was re-laid
+                self.get_logger().info(f"cubes re-placed with seed {param.value}")
+            elif param.name in ("robot", "n_cubes", "lockstep", "real_time_factor"):
+                return SetParametersResult(
+                    successful=False, reason=f"{param.name} is fixed at start-up"
+                )
+        return SetParametersResult(successful=True)
+
+    def close(self) -> None:
+        """Stop the physics thread (the arm is left holding)."""
+        with self._wake:
+            self._running = False
+            self._wake.notify_all()
+        self._thread.join(timeout=5.0)
+        with self._lock:
+            self.sim.hold()
+        # Printed, not logged: at shutdown the context (and with it /rosout) is already gone.
+        print(
+            f"[{self.get_name()}] stopped at sim time {self.sim.time:.3f} s "
+            f"(achieved RTF {self.achieved_rtf:.2f})",
+            file=sys.stderr,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(SimDriverNode, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
