@@ -12,7 +12,6 @@ import yaml
 from vla_runtime.core.paths import config_dir
 
 
-
 @dataclass(frozen=True)
 class RobotConfig:
     name: str
