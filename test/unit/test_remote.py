@@ -17,7 +17,6 @@ import zmq
 from vla_runtime.engine import remote, wire
 from vla_runtime.engine.policy import (
     ActionChunk,
-    CameraSpec,
     ComputeMode,
     Observation,
     PolicyError,
@@ -27,7 +26,8 @@ from vla_runtime.engine.policy import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_tiny_policy():
+def load_tiny_policy():
+    """A fresh tiny torch policy (seed 0): same weights and noise sequence every time."""
     from vla_runtime.engine.factory import load_policy
 
     return load_policy(backend="torch", preset="tiny", device="cpu", seed=0)
@@ -35,11 +35,11 @@ def _load_tiny_policy():
 
 @pytest.fixture(scope="module")
 def tiny_policy():
-    return _load_tiny_policy()
+    return load_tiny_policy()
 
 
 class SlowPolicy:
-    """Delegates to a real policy but sleeps first when the instruction asks for it."""
+    """A real policy that first sleeps when the instruction asks for it (shared, no reset)."""
 
     def __init__(self, policy, delay_s: float):
         self.policy, self.delay_s = policy, delay_s
@@ -69,18 +69,22 @@ def make_observation(spec: PolicySpec, seed: int = 0, instruction: str = "pick u
 
 @pytest.fixture
 def server(tiny_policy):
-    srv = remote.PolicyServer(SlowPolicy(tiny_policy, 1.5), bind="tcp://127.0.0.1:*").start()
+    srv = remote.PolicyServer(tiny_policy, bind="tcp://127.0.0.1:*").start()
     yield srv
     srv.stop()
 
 
 def test_remote_inference_equals_local_inference(server, tiny_policy):
+    # Each session serves a fresh copy of the policy (own caches and RNG): a fresh local
+    # policy given the same calls must produce the same chunks, cache reuse included.
+    local = load_tiny_policy()
+    modes = [ComputeMode(), ComputeMode(1, 0), ComputeMode(3, 1), ComputeMode(2, 2, {"wrist"})]
     with remote.RemoteClient(server.endpoint, timeout_s=30) as client:
         assert client.spec == tiny_policy.spec
-        for seed, mode in [(0, ComputeMode()), (1, ComputeMode(0, 0)), (2, ComputeMode())]:
+        for seed, mode in enumerate(modes):
             obs = make_observation(client.spec, seed)
             got = client.infer(obs, mode)
-            want = tiny_policy.infer(obs, mode)
+            want = local.infer(obs, mode)
             assert got.actions.shape == (client.spec.chunk_len, client.spec.action_dim)
             np.testing.assert_allclose(got.actions, want.actions, rtol=0, atol=1e-6)
             assert got.stamp == obs.stamp
@@ -94,25 +98,32 @@ def test_plan_is_forwarded(server, tiny_policy):
     obs = make_observation(spec, 4)
     with remote.RemoteClient(server.endpoint, timeout_s=30) as client:
         got = client.infer(obs, plan=plan)
-    want = tiny_policy.infer(obs, plan=plan)
+    want = load_tiny_policy().infer(obs, plan=plan)
     np.testing.assert_allclose(got.actions, want.actions, rtol=0, atol=1e-6)
 
 
-def test_instruction_is_cached_per_client(server, tiny_policy):
+def test_instruction_and_caches_are_per_client(server, tiny_policy):
     spec = tiny_policy.spec
     obs_a = make_observation(spec, 5, instruction="open the drawer")
-    obs_b = make_observation(spec, 5, instruction="close the drawer")
+    obs_b = make_observation(spec, 6, instruction="close the drawer")
+    reuse = ComputeMode(3, 2)  # reuses camera KV and warm-starts from the previous chunk
+    local_a, local_b = load_tiny_policy(), load_tiny_policy()
     with (
         remote.RemoteClient(server.endpoint, timeout_s=30) as a,
         remote.RemoteClient(server.endpoint, timeout_s=30) as b,
     ):
-        first_a = a.infer(obs_a).actions
-        b.infer(obs_b)
-        # a's next request omits the unchanged instruction: the server must use a's, not b's.
-        again_a = a.infer(obs_a).actions
+        for _ in range(2):
+            # a's second request omits its unchanged instruction, and both reuse cached
+            # state: the server must use a's instruction and caches, never b's.
+            got_a, got_b = a.infer(obs_a, reuse), b.infer(obs_b, reuse)
+            np.testing.assert_allclose(
+                got_a.actions, local_a.infer(obs_a, reuse).actions, atol=1e-6
+            )
+            np.testing.assert_allclose(
+                got_b.actions, local_b.infer(obs_b, reuse).actions, atol=1e-6
+            )
+        assert got_a.mode == ComputeMode(3, 2)  # the reuse path really ran
         assert server.client_count == 2
-    np.testing.assert_allclose(again_a, first_a, atol=1e-6)
-    np.testing.assert_allclose(first_a, tiny_policy.infer(obs_a).actions, atol=1e-6)
 
 
 def test_spec_mismatch_is_a_clear_error(server, tiny_policy):
@@ -190,19 +201,22 @@ def test_malformed_requests_get_errors_and_server_survives(server, tiny_policy):
         )
 
 
-def test_request_timeout_then_recovery_with_same_client(server, tiny_policy):
+def test_request_timeout_then_recovery_with_same_client(tiny_policy):
     spec = tiny_policy.spec
-    with remote.RemoteClient(server.endpoint, timeout_s=0.5) as client:
+    with (
+        remote.PolicyServer(SlowPolicy(tiny_policy, 1.5), bind="tcp://127.0.0.1:*") as server,
+        remote.RemoteClient(server.start().endpoint, timeout_s=0.5) as client,
+    ):
         started = time.monotonic()
         with pytest.raises(remote.RemoteUnavailable, match="no reply"):
             client.infer(make_observation(spec, instruction="slow"))
         assert time.monotonic() - started < 5.0
         time.sleep(1.5)  # let the server finish the slow request (its reply goes nowhere)
         client.timeout_s = 30
-        got = client.infer(make_observation(spec, 3))
-    np.testing.assert_allclose(
-        got.actions, tiny_policy.infer(make_observation(spec, 3)).actions, atol=1e-6
-    )
+        obs = make_observation(spec, 3)
+        got = client.infer(obs)
+    assert got.stamp == obs.stamp
+    assert got.actions.shape == (spec.chunk_len, spec.action_dim)
 
 
 def test_no_server_is_a_clear_error():
@@ -222,7 +236,10 @@ def _start_server_process(endpoint: str, *extra: str) -> subprocess.Popen:
         [sys.executable, "-m", "vla_runtime.engine.remote", "--backend", "torch"]
         + ["--preset", "tiny", "--bind", endpoint, *extra],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        },
     )
 
 
@@ -249,7 +266,7 @@ def _infer_until_ok(client, obs, deadline_s: float):
 def test_client_recovers_after_server_process_is_killed_and_restarted(tiny_policy):
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
     obs = make_observation(tiny_policy.spec, 7)
-    want = tiny_policy.infer(obs).actions
+    want = load_tiny_policy().infer(obs).actions  # each new session starts from seed 0
     process = _start_server_process(endpoint)
     client = remote.RemoteClient(endpoint, timeout_s=2.0, connect=False)
     try:
@@ -324,7 +341,7 @@ def test_curve_client_with_keys_is_served(curve_server, tiny_policy):
     with remote.RemoteClient(endpoint, server_public, client_keys, timeout_s=30) as client:
         obs = make_observation(client.spec, 9)
         np.testing.assert_allclose(
-            client.infer(obs).actions, tiny_policy.infer(obs).actions, atol=1e-6
+            client.infer(obs).actions, load_tiny_policy().infer(obs).actions, atol=1e-6
         )
 
 
@@ -341,3 +358,12 @@ def test_curve_clients_without_the_right_keys_get_no_answer(curve_server):
         with pytest.raises(remote.RemoteUnavailable):
             remote.RemoteClient(endpoint, timeout_s=1.0, **kwargs)
             pytest.fail(f"{name} was answered")
+
+
+def test_transport_bench_reports_overhead_and_settings():
+    from vla_runtime.bench.transport import run_bench
+
+    result = run_bench(n=30, warmup=5)
+    assert 0 < result["p50_us"] <= result["p99_us"] <= result["max_us"]
+    assert result["round_trip_p50_us"] >= result["p50_us"]
+    assert result["settings"]["request_payload_bytes"] == 2 * 224 * 224 * 3 + 8 * 4

@@ -29,7 +29,7 @@ from vla_runtime.engine.policy import (
 )
 
 BENCH_SPEC = PolicySpec(
-    cameras=(CameraSpec("front", 224, 224), CameraSpec("wrist", 224, 224)),
+    cameras=(CameraSpec("scene", 224, 224), CameraSpec("wrist", 224, 224)),
     state_dim=8,
     action_dim=8,
     chunk_len=50,

@@ -8,9 +8,11 @@ Protocol (every header carries `v` = PROTOCOL_VERSION and a request `id`):
   hello  {expected_spec?}                     -> {spec}      version and spec are checked here
   infer  {images, state, instruction?, stamp, mode, plan?} -> {actions, stamp, mode, ...}
 The server keeps a session per client identity (ROUTER routing id): infer is refused until the
-client said hello, so a version or spec mismatch can never slip through, and the instruction is
-cached per session (sent only when it changes). A restarted server has no sessions; clients
-notice (`handshake_required`) and say hello again transparently.
+client said hello, so a version or spec mismatch can never slip through; the instruction is
+cached per session (sent only when it changes); and each session gets its own policy state
+(KV caches, previous chunk for warm starts, noise RNG), so one robot's cached camera KV or
+previous chunk never leaks into another robot's inference (see `PolicyServer`). A restarted
+server has no sessions; clients notice (`handshake_required`) and say hello again.
 
 Security: CURVE (encryption + server authentication, optional client allow-list) is mandatory
 whenever the server binds anything but loopback/ipc: the server refuses to start without keys.
@@ -19,6 +21,7 @@ whenever the server binds anything but loopback/ipc: the server refuses to start
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 import itertools
 import logging
@@ -137,6 +140,7 @@ def load_client_keys(directory: str | Path) -> tuple[bytes, tuple[bytes, bytes]]
 
 @dataclass
 class _Session:
+    policy: Any
     instruction: str = ""
     last_seen: float = field(default_factory=time.monotonic)
     requests: int = 0
@@ -145,7 +149,10 @@ class _Session:
 class PolicyServer:
     """Serve `policy` on `bind`. Use `serve(stop_event)` in the foreground or `start()`/`stop()`.
 
-    Requests are handled one at a time, in arrival order (one accelerator, one model)."""
+    Requests are handled one at a time, in arrival order (one accelerator, one model).
+    Per-client state: a policy with `reset()` (the caching back ends) is shallow-copied for each
+    client session and the copy reset (and `reseed(seed)`): weights and runtime sessions are
+    shared, caches and RNG are not. Other policies are shared as they are (stateless)."""
 
     def __init__(
         self,
@@ -154,6 +161,7 @@ class PolicyServer:
         curve_secret: bytes | str | None = None,
         authorized_clients: str | Path | None = None,
         session_ttl_s: float = 600.0,
+        seed: int = 0,
     ):
         if curve_secret is None and not is_loopback(bind):
             raise ValueError(
@@ -162,6 +170,7 @@ class PolicyServer:
                 "`--curve-keys DIR`), or bind tcp://127.0.0.1:PORT"
             )
         self.policy = policy
+        self._seed = seed
         self._spec_dict = policy.spec.to_dict()
         self._session_ttl_s = session_ttl_s
         self._sessions: dict[bytes, _Session] = {}
@@ -301,8 +310,17 @@ class PolicyServer:
                 )
         if identity not in self._sessions:
             log.info("client %s connected (%d sessions)", identity.hex(), len(self._sessions) + 1)
-        self._sessions[identity] = _Session()
+        self._sessions[identity] = _Session(self._session_policy())
         return _ok(request.get("id"), spec=self._spec_dict)
+
+    def _session_policy(self):
+        if not callable(getattr(self.policy, "reset", None)):
+            return self.policy
+        policy = copy.copy(self.policy)
+        policy.reset()
+        if callable(getattr(policy, "reseed", None)):
+            policy.reseed(self._seed)
+        return policy
 
     def _infer(self, session: _Session, request: dict) -> dict:
         request_id = request.get("id")
@@ -320,7 +338,7 @@ class PolicyServer:
             plan = request.get("plan")
             if plan is not None and not isinstance(plan, np.ndarray):
                 raise PolicyError("plan must be an array or absent")
-            mode = ComputeMode(*(int(level) for level in request.get("mode", (0, 0))))
+            mode = _mode_from(request.get("mode", {}))
             observation = Observation(
                 images=images,
                 state=state,
@@ -331,7 +349,7 @@ class PolicyServer:
             return _error(request_id, "bad_request", f"malformed infer request: {exc}")
         started = time.perf_counter()
         try:
-            chunk = self.policy.infer(observation, mode, plan)
+            chunk = session.policy.infer(observation, mode, plan)
         except PolicyError as exc:
             return _error(request_id, "policy", str(exc))
         infer_ms = (time.perf_counter() - started) * 1e3
@@ -339,7 +357,7 @@ class PolicyServer:
             request_id,
             actions=np.asarray(chunk.actions, dtype=np.float32),
             stamp=float(chunk.stamp),
-            mode=[chunk.mode.vision_level, chunk.mode.denoise_level],
+            mode=_mode_to(chunk.mode),
             timings_ms=_float_map(chunk.timings_ms),
             info=_float_map(chunk.info),
             infer_ms=infer_ms,
@@ -368,6 +386,26 @@ def _error(request_id, kind: str, message: str) -> dict:
         "kind": kind,
         "error": message,
     }
+
+
+def _mode_to(mode: ComputeMode) -> dict:
+    stable = None if mode.stable_cameras is None else sorted(mode.stable_cameras)
+    return {
+        "vision_level": mode.vision_level,
+        "denoise_level": mode.denoise_level,
+        "stable_cameras": stable,
+    }
+
+
+def _mode_from(raw: Any) -> ComputeMode:
+    if not isinstance(raw, dict):
+        raise TypeError(f"compute mode must be a map, got {type(raw).__name__}")
+    stable = raw.get("stable_cameras")
+    return ComputeMode(
+        raw.get("vision_level", 0),
+        raw.get("denoise_level", 0),
+        None if stable is None else frozenset(str(name) for name in stable),
+    )
 
 
 def _float_map(values: dict) -> dict[str, float]:
@@ -433,7 +471,7 @@ class RemoteClient:
         if self._server_key is not None and client_keys is None:
             client_keys = zmq.curve_keypair()  # the server may allow any client key
         self._client_keys = client_keys
-        self._expected_spec = expected_spec
+        self.expected_spec = expected_spec
         self._ctx = zmq.Context.instance()
         self._socket: zmq.Socket | None = None
         self._session_open = False
@@ -496,7 +534,7 @@ class RemoteClient:
             "images": {name: np.asarray(image) for name, image in observation.images.items()},
             "state": np.asarray(observation.state),
             "stamp": float(observation.stamp),
-            "mode": [mode.vision_level, mode.denoise_level],
+            "mode": _mode_to(mode),
         }
         if observation.instruction != self._sent_instruction:
             request["instruction"] = observation.instruction
@@ -516,7 +554,7 @@ class RemoteClient:
             return ActionChunk(
                 actions=actions,
                 stamp=float(reply["stamp"]),
-                mode=ComputeMode(*reply["mode"]),
+                mode=_mode_from(reply["mode"]),
                 timings_ms=timings,
                 info=info,
             )
@@ -527,8 +565,8 @@ class RemoteClient:
         self._session_open = False
         self._sent_instruction = None
         request: dict[str, Any] = {"op": "hello"}
-        if self._expected_spec is not None:
-            request["expected_spec"] = self._expected_spec.to_dict()
+        if self.expected_spec is not None:
+            request["expected_spec"] = self.expected_spec.to_dict()
         reply = self._request(request)
         if not reply["ok"]:
             raise RemoteRejected(f"{self.endpoint} refused the session: {reply.get('error')}")
@@ -634,7 +672,9 @@ def serve_main(argv: list[str] | None = None) -> int:
         if args.curve_keys:
             secret, allowed = load_server_keys(args.curve_keys)
         policy = _load_backend(args)
-        server = PolicyServer(policy, args.bind, curve_secret=secret, authorized_clients=allowed)
+        server = PolicyServer(
+            policy, args.bind, curve_secret=secret, authorized_clients=allowed, seed=args.seed
+        )
     except (ValueError, FileNotFoundError, ImportError, zmq.ZMQError) as exc:
         log.error("%s", exc)
         return 2

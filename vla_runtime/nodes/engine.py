@@ -1,0 +1,618 @@
+"""Engine node (`vla-engine`): freshest cameras + joint state + instruction -> action chunks.
+
+Inputs: one sensor_msgs/Image (rgb8/bgr8) topic per camera, /joint_states, the instruction
+(std_msgs/String, transient local), the compute mode (std_msgs/String: JSON
+{"vision_level", "denoise_level"} or a token such as "v2d1") and inference requests
+(trajectory_msgs/JointTrajectory = the plan still to run, used for real-time-chunking guidance).
+
+Output: /vla/action_chunk (JointTrajectory) following DESIGN.md §2: header.stamp = capture stamp
+of the newest image used, points[k].time_from_start = (k + 1) * dt (action k is applied one step
+after the previous one, the first one step after the capture), joint_names = arm joints + the
+gripper column; and /vla/engine/stats (DiagnosticArray) with every chunk and every failure.
+
+Inference runs in a worker thread, so the subscriptions keep the newest frames while a chunk is
+computed. `run_mode` "on_request" answers each request once (coalescing those that arrive while
+busy); "continuous" infers back-to-back whenever a new frame has arrived. A missing or stale
+camera, a stale joint state, a rejected observation, a non-finite output or an unreachable
+remote server is logged (throttled) and reported in the stats; no chunk is published for it.
+
+Arm-state mapping (explicit, see `StateMapping`): policy state = the arm joints in the order of
+`arm_joints` + one gripper value computed from `gripper_joints` (`gripper_state` = "sum": the
+opening width of a two-finger gripper, the default for Franka; "mean"; or "none" for no gripper).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from builtin_interfaces.msg import Time as TimeMsg
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from vla_runtime.core import topics
+from vla_runtime.engine.policy import (
+    ActionSpace,
+    ComputeMode,
+    Observation,
+    PolicyError,
+    PolicySpec,
+)
+from vla_runtime.nodes.runtime import run_node
+
+BACKENDS = ("torch", "onnxruntime", "tensorrt", "remote")
+RUN_MODES = ("on_request", "continuous")
+GRIPPER_STATES = ("sum", "mean", "none")
+OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+
+
+class SyncError(RuntimeError):
+    """The inputs do not form a usable observation (missing or stale camera or state)."""
+
+
+# ------------------------------------------------------------------------------ pure helpers
+
+
+@dataclass(frozen=True)
+class StateMapping:
+    """How /joint_states becomes the policy state and how actions become joint positions."""
+
+    arm_joints: tuple[str, ...]
+    gripper_joints: tuple[str, ...] = ()
+    gripper_state: str = "sum"  # sum | mean | none
+    gripper_name: str = "gripper"  # the chunk column carrying the gripper value
+
+    def __post_init__(self):
+        if self.gripper_state not in GRIPPER_STATES:
+            raise ValueError(f"gripper_state must be one of {GRIPPER_STATES}")
+        if self.gripper_state != "none" and not self.gripper_joints:
+            raise ValueError(f"gripper_state '{self.gripper_state}' needs gripper_joints")
+
+    @property
+    def has_gripper(self) -> bool:
+        return self.gripper_state != "none"
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.arm_joints) + int(self.has_gripper)
+
+    @property
+    def joint_names(self) -> list[str]:
+        return [*self.arm_joints, *([self.gripper_name] if self.has_gripper else [])]
+
+    def state_from(self, names, positions) -> np.ndarray:
+        """State vector from a JointState's names/positions; SyncError names missing joints."""
+        index = {name: i for i, name in enumerate(names)}
+        wanted = self.arm_joints + (self.gripper_joints if self.has_gripper else ())
+        missing = [j for j in wanted if j not in index or index[j] >= len(positions)]
+        if missing:
+            raise SyncError(f"joint state lacks {missing}")
+        arm = [positions[index[j]] for j in self.arm_joints]
+        if self.has_gripper:
+            fingers = [positions[index[j]] for j in self.gripper_joints]
+            arm.append(sum(fingers) if self.gripper_state == "sum" else sum(fingers) / len(fingers))
+        state = np.asarray(arm, dtype=np.float32)
+        if not np.all(np.isfinite(state)):
+            raise SyncError(f"joint state is not finite: {state.tolist()}")
+        return state
+
+    def check_spec(self, spec: PolicySpec) -> None:
+        if spec.state_dim != self.state_dim:
+            raise ValueError(
+                f"policy state_dim {spec.state_dim} != {len(self.arm_joints)} arm joints"
+                f"{' + 1 gripper' if self.has_gripper else ''}: set arm_joints/gripper_state"
+            )
+        if spec.action_dim != self.state_dim:
+            raise ValueError(
+                f"policy action_dim {spec.action_dim} does not match the {self.state_dim} "
+                f"columns {self.joint_names}"
+            )
+        if spec.action_space == ActionSpace.EE_DELTAS:
+            raise ValueError("end-effector delta policies need an IK stage; not supported here")
+
+    def to_positions(self, actions: np.ndarray, state: np.ndarray, space: ActionSpace):
+        """Chunk actions -> joint-position rows. Joint deltas are relative to the observed state
+        (openpi convention); the gripper column is absolute in every space."""
+        if space == ActionSpace.JOINT_DELTAS:
+            positions = actions.astype(np.float64)
+            n = len(self.arm_joints)
+            positions[:, :n] += state[:n]
+            return positions
+        return actions.astype(np.float64)
+
+    def to_actions(self, positions: np.ndarray, state: np.ndarray, space: ActionSpace):
+        """Inverse of `to_positions` (for the guidance plan)."""
+        actions = positions.astype(np.float32)
+        if space == ActionSpace.JOINT_DELTAS:
+            n = len(self.arm_joints)
+            actions[:, :n] -= state[:n]
+        return actions
+
+
+def image_from_msg(msg: Image) -> np.ndarray:
+    """HxWx3 uint8 RGB view of an rgb8/bgr8 Image (rows may be padded: `step`)."""
+    if msg.encoding not in ("rgb8", "bgr8"):
+        raise ValueError(f"unsupported image encoding '{msg.encoding}' (need rgb8 or bgr8)")
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    if step < w * 3 or len(msg.data) < h * step:
+        raise ValueError(f"image data too short: {len(msg.data)} bytes for {h}x{w} step {step}")
+    rows = np.frombuffer(msg.data, dtype=np.uint8, count=h * step).reshape(h, step)
+    image = rows[:, : w * 3].reshape(h, w, 3)
+    return image[:, :, ::-1] if msg.encoding == "bgr8" else image
+
+
+def plan_prefix(
+    plan_times: np.ndarray,
+    plan_positions: np.ndarray,
+    t_obs: float,
+    dt: float,
+    horizon_s: float,
+) -> np.ndarray | None:
+    """Plan positions resampled at the new chunk's action times t_obs + (k+1)·dt that fall
+    within `horizon_s` of the capture (actions that will run while the chunk is computed) and
+    within the plan. `plan_times` are absolute (s). None when nothing overlaps."""
+    if len(plan_times) == 0 or horizon_s <= 0:
+        return None
+    steps = int(math.floor(horizon_s / dt + 1e-9))
+    grid = t_obs + dt * np.arange(1, steps + 1)
+    grid = grid[(grid >= plan_times[0]) & (grid <= plan_times[-1])]
+    if grid.size == 0:
+        return None
+    # Guidance applies to the first actions of the chunk only: the overlap must start at k=0.
+    if not math.isclose(grid[0], t_obs + dt, abs_tol=1e-9):
+        return None
+    return np.stack(
+        [np.interp(grid, plan_times, plan_positions[:, j]) for j in range(plan_positions.shape[1])],
+        axis=1,
+    )
+
+
+def stamp_seconds(stamp: TimeMsg) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+# ------------------------------------------------------------------------------ the node
+
+
+@dataclass
+class _Frame:
+    image: np.ndarray
+    stamp: TimeMsg
+
+
+class _ThrottledLog:
+    """Log each distinct message at once, repeats at most every `period_s`."""
+
+    def __init__(self, emit, period_s: float = 2.0):
+        self.emit, self.period_s = emit, period_s
+        self._last: dict[str, float] = {}
+
+    def __call__(self, message: str) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(message, -math.inf) < self.period_s:
+            return False
+        if len(self._last) > 100:
+            self._last.clear()
+        self._last[message] = now
+        self.emit(message)
+        return True
+
+
+class EngineNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(kwargs.pop("node_name", "engine"), **kwargs)
+        declare = self.declare_parameter
+        self.backend = declare("backend", "torch").value
+        self.checkpoint = declare("checkpoint", "").value
+        self.preset = declare("preset", "tiny").value
+        self.device = declare("device", "cpu").value
+        self.seed = int(declare("seed", 0).value)
+        self.endpoint = declare("endpoint", "tcp://127.0.0.1:5555").value
+        self.curve_keys = declare("curve_keys", "").value
+        self.remote_timeout_s = float(declare("remote_timeout_s", 2.0).value)
+        self.camera_topics_param = declare("cameras", Parameter.Type.STRING_ARRAY).value
+        self.max_image_age_s = float(declare("max_image_age_s", 0.5).value)
+        self.max_state_age_s = float(declare("max_state_age_s", 0.1).value)
+        self.run_mode = declare("run_mode", "on_request").value
+        self.default_instruction = declare("instruction", "").value
+        self.plan_guidance = bool(declare("plan_guidance", True).value)
+        robot = declare("robot", "fr3").value
+        arm_joints = declare("arm_joints", Parameter.Type.STRING_ARRAY).value
+        gripper_joints = declare("gripper_joints", Parameter.Type.STRING_ARRAY).value
+        gripper_state = declare("gripper_state", "sum").value
+        gripper_name = declare("gripper_name", "").value
+        mode_text = declare("compute_mode", "v0d0").value
+
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got '{self.backend}'")
+        if self.run_mode not in RUN_MODES:
+            raise ValueError(f"run_mode must be one of {RUN_MODES}, got '{self.run_mode}'")
+        for name in ("max_image_age_s", "max_state_age_s", "remote_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        self.mapping = self._make_mapping(
+            robot, arm_joints, gripper_joints, gripper_state, gripper_name
+        )
+
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._frames: dict[str, _Frame] = {}
+        self._joint_state: JointState | None = None
+        self._joint_state_received = 0.0
+        self._instruction = self.default_instruction
+        self._mode = ComputeMode.parse(mode_text)
+        self._pending_request: JointTrajectory | None = None
+        self._last_used_stamp: float | None = None
+        self._retry_after = 0.0
+        self._latencies_s: deque[float] = deque(maxlen=20)
+        self.chunks_published = 0
+        self.errors = 0
+        self._last_error = ""
+        self._log_error = _ThrottledLog(self.get_logger().error)
+
+        self.policy = None
+        self.spec: PolicySpec | None = None
+        self.camera_topics: list[str] = []
+        self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK, 10)
+        self._stats_pub = self.create_publisher(DiagnosticArray, topics.ENGINE_STATS, 10)
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.create_subscription(String, topics.INSTRUCTION, self._on_instruction, latched)
+        self.create_subscription(String, topics.COMPUTE_MODE, self._on_compute_mode, 10)
+        self.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
+        self.create_subscription(
+            JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
+        )
+        self._worker = threading.Thread(target=self._work, name="engine-infer", daemon=True)
+        self._setup_timer = None
+        if not self._try_setup():
+            self._setup_timer = self.create_timer(2.0, self._retry_setup)
+        self._worker.start()
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def _make_mapping(self, robot, arm_joints, gripper_joints, gripper_state, gripper_name):
+        if not arm_joints or (gripper_state != "none" and not gripper_joints) or not gripper_name:
+            from vla_runtime.core.robot import load_robot
+
+            config = load_robot(robot)
+            arm_joints = arm_joints or config.joints
+            gripper_joints = gripper_joints or config.gripper_joints
+            gripper_name = gripper_name or config.controllers.get("gripper", "gripper")
+        return StateMapping(
+            arm_joints=tuple(arm_joints),
+            gripper_joints=tuple(gripper_joints or ()),
+            gripper_state=gripper_state,
+            gripper_name=gripper_name,
+        )
+
+    def _load_policy(self):
+        if self.backend == "remote":
+            from vla_runtime.engine.remote import RemoteClient, load_client_keys
+
+            server_key, client_keys = None, None
+            if self.curve_keys:
+                server_key, client_keys = load_client_keys(self.curve_keys)
+            return RemoteClient(
+                self.endpoint,
+                server_public_key=server_key,
+                client_keys=client_keys,
+                timeout_s=self.remote_timeout_s,
+                connect=False,
+            )
+        if self.backend == "tensorrt":
+            from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
+
+            return load_tensorrt_policy(
+                checkpoint=self.checkpoint or None, preset=self.preset, seed=self.seed
+            )
+        from vla_runtime.engine.factory import load_policy
+
+        return load_policy(
+            backend=self.backend,
+            checkpoint=self.checkpoint or None,
+            preset=self.preset,
+            device=self.device,
+            seed=self.seed,
+        )
+
+    def _try_setup(self) -> bool:
+        """Load the policy, learn its spec, subscribe to its cameras. False: retry later
+        (a remote server that is not up yet); configuration errors are raised."""
+        if self.policy is None:
+            self.policy = self._load_policy()
+        try:
+            spec = self.policy.spec
+        except Exception as exc:  # remote server not reachable (yet)
+            self._fail("setup", f"policy spec unavailable: {exc}")
+            return False
+        self.mapping.check_spec(spec)
+        names = list(self.camera_topics_param or [c.name for c in spec.cameras])
+        if len(names) != len(spec.cameras):
+            raise ValueError(
+                f"cameras {names} must name one topic per policy camera "
+                f"{[c.name for c in spec.cameras]}"
+            )
+        if hasattr(self.policy, "expected_spec"):  # a restarted server must serve the same
+            self.policy.expected_spec = spec
+        self.camera_topics = names
+        for topic_name, camera in zip(names, spec.cameras, strict=True):
+            self.create_subscription(
+                Image,
+                topics.camera_image(topic_name),
+                lambda msg, cam=camera: self._on_image(cam, msg),
+                qos_profile_sensor_data,
+            )
+        self.spec = spec
+        self.get_logger().info(
+            f"engine ready: {self.backend} policy, cameras "
+            f"{dict(zip(names, [c.name for c in spec.cameras], strict=True))}, H={spec.chunk_len}, "
+            f"dt={spec.dt}, columns {self.mapping.joint_names}, run_mode {self.run_mode}"
+        )
+        self._wake.set()
+        return True
+
+    def _retry_setup(self) -> None:
+        try:
+            ready = self._try_setup()
+        except Exception as exc:  # e.g. a remote server serving a policy we cannot drive
+            self._fail("setup", str(exc))
+            return
+        if ready and self._setup_timer is not None:
+            self._setup_timer.cancel()
+            self._setup_timer = None
+
+    # -- subscriptions ---------------------------------------------------------------------
+
+    def _on_image(self, camera, msg: Image) -> None:
+        try:
+            image = image_from_msg(msg)
+            if image.shape[:2] != (camera.height, camera.width):
+                raise ValueError(
+                    f"{image.shape[1]}x{image.shape[0]} but the policy wants "
+                    f"{camera.width}x{camera.height}"
+                )
+        except ValueError as exc:
+            self._fail("input", f"camera '{camera.name}' frame rejected: {exc}")
+            return
+        with self._lock:
+            self._frames[camera.name] = _Frame(image, msg.header.stamp)
+        if self.run_mode == "continuous":
+            self._wake.set()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        with self._lock:
+            self._joint_state = msg
+            self._joint_state_received = self._now()
+
+    def _on_instruction(self, msg: String) -> None:
+        with self._lock:
+            self._instruction = msg.data
+        self.get_logger().info(f"instruction: {msg.data!r}")
+
+    def _on_compute_mode(self, msg: String) -> None:
+        try:
+            mode = ComputeMode.parse(msg.data)
+        except (ValueError, TypeError) as exc:
+            self._fail("input", f"compute mode rejected: {exc}")
+            return
+        with self._lock:
+            self._mode = mode
+
+    def _on_request(self, msg: JointTrajectory) -> None:
+        with self._lock:
+            self._pending_request = msg  # a newer request replaces one not yet served
+        self._wake.set()
+
+    # -- worker ----------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=0.1)
+            self._wake.clear()
+            if self.spec is None or self._stop.is_set() or time.monotonic() < self._retry_after:
+                continue
+            with self._lock:
+                request = self._pending_request
+                newest = max((stamp_seconds(f.stamp) for f in self._frames.values()), default=None)
+            if self.run_mode == "on_request":
+                if request is None:
+                    continue
+            elif newest is None or newest == self._last_used_stamp:
+                continue
+            if self._infer_once(request):
+                with self._lock:
+                    if self._pending_request is request:
+                        self._pending_request = None
+            else:  # keep the request; try again once new data may have arrived
+                self._retry_after = time.monotonic() + 0.1
+                self._wake.set()
+
+    def _infer_once(self, request: JointTrajectory | None) -> bool:
+        started = time.perf_counter()
+        try:
+            observation, frame_stamp, ages = self._observation()
+        except SyncError as exc:
+            self._fail("sync", str(exc))
+            return False
+        mode = self._mode
+        plan = self._guidance(request, observation) if self.plan_guidance else None
+        sync_ms = (time.perf_counter() - started) * 1e3
+        try:
+            chunk = self.policy.infer(observation, mode, plan)
+        except PolicyError as exc:
+            self._fail("policy", f"observation rejected: {exc}")
+            return False
+        except Exception as exc:  # remote down, back-end failure: report, never crash
+            self._fail("inference", f"{type(exc).__name__}: {exc}")
+            return False
+        infer_ms = (time.perf_counter() - started) * 1e3 - sync_ms
+        spec = self.spec
+        actions = np.asarray(chunk.actions)
+        if actions.shape != (spec.chunk_len, spec.action_dim):
+            self._fail("output", f"chunk shape {actions.shape}, expected "
+                                 f"{(spec.chunk_len, spec.action_dim)}")  # fmt: skip
+            return False
+        bad = ~np.all(np.isfinite(actions), axis=1)
+        if bad.any():
+            self._fail("output", f"non-finite actions at steps {np.flatnonzero(bad).tolist()}")
+            return False
+        positions = self.mapping.to_positions(actions, observation.state, spec.action_space)
+        self._chunk_pub.publish(self._trajectory(positions, frame_stamp, spec.dt))
+        self._last_used_stamp = observation.stamp
+        latency_s = self._now() - observation.stamp
+        self._latencies_s.append(latency_s)
+        self.chunks_published += 1
+        values = {
+            "latency_ms": latency_s * 1e3,
+            "sync_ms": sync_ms,
+            "infer_ms": infer_ms,
+            **{f"{stage}_ms": float(ms) for stage, ms in chunk.timings_ms.items()},
+            **{f"{name}_age_ms": age * 1e3 for name, age in ages.items()},
+            "guided_steps": 0 if plan is None else len(plan),
+            **{k: float(v) for k, v in chunk.info.items()},
+        }
+        self._publish_stats(OK, f"chunk {self.chunks_published}", chunk.mode, values)
+        return True
+
+    def _observation(self) -> tuple[Observation, TimeMsg, dict[str, float]]:
+        now = self._now()
+        with self._lock:
+            frames = dict(self._frames)
+            joint_state = self._joint_state
+            received = self._joint_state_received
+            instruction = self._instruction
+        missing = [c.name for c in self.spec.cameras if c.name not in frames]
+        if missing:
+            topics_missing = [
+                topics.camera_image(t)
+                for t, c in zip(self.camera_topics, self.spec.cameras, strict=True)
+                if c.name in missing
+            ]
+            raise SyncError(f"no image yet from camera(s) {missing} ({', '.join(topics_missing)})")
+        ages = {name: now - stamp_seconds(frame.stamp) for name, frame in frames.items()}
+        stale = {name: age for name, age in ages.items() if age > self.max_image_age_s}
+        if stale:
+            described = ", ".join(f"{n} {a:.3f} s" for n, a in sorted(stale.items()))
+            raise SyncError(f"stale image(s): {described} old (max {self.max_image_age_s} s)")
+        if joint_state is None:
+            raise SyncError(f"no joint state received on {topics.JOINT_STATES}")
+        state_stamp = stamp_seconds(joint_state.header.stamp) or received  # unstamped: receipt
+        ages["state"] = now - state_stamp
+        if ages["state"] > self.max_state_age_s:
+            raise SyncError(
+                f"stale joint state: {ages['state']:.3f} s old (max {self.max_state_age_s} s)"
+            )
+        state = self.mapping.state_from(joint_state.name, joint_state.position)
+        newest = max(frames.values(), key=lambda f: stamp_seconds(f.stamp))
+        observation = Observation(
+            images={c.name: frames[c.name].image for c in self.spec.cameras},
+            state=state,
+            instruction=instruction,
+            stamp=stamp_seconds(newest.stamp),
+        )
+        return observation, newest.stamp, ages
+
+    def _guidance(self, request: JointTrajectory | None, observation: Observation):
+        """The part of the requested (remaining) plan that will run while this chunk is being
+        computed, in the policy's action space; None without a usable plan or latency yet."""
+        if request is None or not request.points or not self._latencies_s:
+            return None
+        columns = self.mapping.joint_names
+        index = {name: i for i, name in enumerate(request.joint_names)}
+        if any(name not in index for name in columns):
+            return None
+        try:
+            rows = np.array([[p.positions[index[n]] for n in columns] for p in request.points])
+        except IndexError:
+            return None
+        start = stamp_seconds(request.header.stamp) or observation.stamp
+        times = start + np.array(
+            [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in request.points]
+        )
+        if not (np.all(np.isfinite(rows)) and np.all(np.diff(times) > 0)):
+            return None
+        expected_delay = float(np.median(self._latencies_s))
+        positions = plan_prefix(times, rows, observation.stamp, self.spec.dt, expected_delay)
+        if positions is None:
+            return None
+        positions = positions[: self.spec.chunk_len]  # a delay beyond the horizon: whole chunk
+        return self.mapping.to_actions(positions, observation.state, self.spec.action_space)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _trajectory(self, positions: np.ndarray, stamp: TimeMsg, dt: float) -> JointTrajectory:
+        msg = JointTrajectory()
+        msg.header.stamp = stamp
+        msg.joint_names = self.mapping.joint_names
+        for k, row in enumerate(positions):
+            point = JointTrajectoryPoint()
+            point.positions = [float(v) for v in row]
+            point.time_from_start = Duration(nanoseconds=round((k + 1) * dt * 1e9)).to_msg()
+            msg.points.append(point)
+        return msg
+
+    def _fail(self, kind: str, message: str) -> None:
+        self.errors += 1
+        self._last_error = f"{kind}: {message}"
+        if self._log_error(self._last_error):  # stats as often as the log, not per frame
+            self._publish_stats(ERROR, self._last_error, self._mode, {})
+
+    def _publish_stats(self, level, message: str, mode: ComputeMode, values: dict) -> None:
+        fields = {
+            "backend": self.backend,
+            "mode": mode.token,
+            "run_mode": self.run_mode,
+            "chunks_published": str(self.chunks_published),
+            "errors": str(self.errors),
+            "last_error": self._last_error,
+            **{key: f"{value:.3f}" for key, value in values.items()},
+        }
+        status = DiagnosticStatus(
+            level=level,
+            name="engine",
+            message=message,
+            hardware_id=self.endpoint if self.backend == "remote" else self.device,
+            values=[KeyValue(key=k, value=str(v)) for k, v in fields.items()],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        try:
+            self._stats_pub.publish(array)
+        except Exception:  # context shut down during close
+            pass
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._worker.is_alive():
+            self._worker.join(timeout=10.0)
+        close = getattr(self.policy, "close", None)
+        if close is not None:
+            close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(lambda: EngineNode(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
