@@ -31,11 +31,12 @@ FINGERS = ("fr3_finger_joint1", "fr3_finger_joint2")
 
 
 def test_state_mapping_sums_finger_joints_in_declared_order():
-    mapping = StateMapping(ARM, FINGERS, "sum", "fr3_gripper")
+    mapping = StateMapping(ARM, FINGERS, "sum")
     names = ["fr3_finger_joint2", *reversed(ARM), "fr3_finger_joint1", "other"]
     positions = [0.03, *range(7, 0, -1), 0.01, 99.0]  # joint k has position k
     np.testing.assert_allclose(mapping.state_from(names, positions), [1, 2, 3, 4, 5, 6, 7, 0.04])
-    assert mapping.joint_names == [*ARM, "fr3_gripper"]
+    assert mapping.joint_names == [*ARM, "fr3_finger_joint1"]
+    assert StateMapping(ARM, FINGERS, "sum", "hand").joint_names == [*ARM, "hand"]
     mean = StateMapping(ARM, FINGERS, "mean")
     assert mean.state_from(names, positions)[-1] == pytest.approx(0.02)
     assert StateMapping(ARM, (), "none").state_dim == 7
@@ -53,11 +54,12 @@ def test_joint_deltas_are_relative_to_the_observed_state_and_gripper_absolute():
     deltas = np.full((3, 8), 0.5, dtype=np.float32)
     positions = mapping.to_positions(deltas, state, ActionSpace.JOINT_DELTAS)
     np.testing.assert_allclose(positions[:, :7], np.tile(state[:7] + 0.5, (3, 1)))
-    np.testing.assert_allclose(positions[:, 7], [0.5] * 3)
+    np.testing.assert_allclose(positions[:, 7], [0.25] * 3)  # width 0.5 -> 0.25 per finger
     back = mapping.to_actions(positions, state, ActionSpace.JOINT_DELTAS)
     np.testing.assert_allclose(back, deltas)
     same = mapping.to_positions(deltas, state, ActionSpace.JOINT_POSITIONS)
-    np.testing.assert_allclose(same, deltas)
+    np.testing.assert_allclose(same[:, :7], deltas[:, :7])
+    np.testing.assert_allclose(mapping.to_actions(same, state, ActionSpace.JOINT_POSITIONS), deltas)
 
 
 def test_image_from_msg_handles_padding_and_bgr():
@@ -188,8 +190,10 @@ class RobotSide:
         msg.header.stamp = self.node.get_clock().now().to_msg()
         self.state_pub.publish(msg)
 
-    def request(self) -> None:
-        self.request_pub.publish(self._JointTrajectory())
+    def request(self, request_id: str = "") -> None:
+        msg = self._JointTrajectory()
+        msg.header.frame_id = request_id
+        self.request_pub.publish(msg)
 
     def spin_until(self, condition, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -220,7 +224,7 @@ def _load_tiny_spec():
 
 def _check_chunk(chunk, spec, image_stamps) -> None:
     assert (chunk.header.stamp.sec, chunk.header.stamp.nanosec) in image_stamps
-    assert chunk.joint_names == [*ARM, "fr3_gripper"]
+    assert chunk.joint_names == [*ARM, "fr3_finger_joint1"]
     assert len(chunk.points) == spec.chunk_len
     for k, point in enumerate(chunk.points):
         assert len(point.positions) == spec.action_dim
@@ -280,9 +284,10 @@ def test_missing_camera_is_an_error_then_recovers(rclpy_context, tmp_path):
         assert robot.chunks == []
         assert process.poll() is None
         robot.cameras.append("wrist")
-        robot.request()
+        robot.request("req:42")
         assert robot.spin_until(lambda: robot.chunks, 60), log.read_text()
         _check_chunk(robot.chunks[-1], spec, robot.image_stamps)
+        assert robot.chunks[-1].header.frame_id == "req:42"  # the streamer's delay bookkeeping
         assert "no image yet from camera(s) ['wrist']" in log.read_text()
     finally:
         robot.close()

@@ -71,7 +71,10 @@ class StateMapping:
     arm_joints: tuple[str, ...]
     gripper_joints: tuple[str, ...] = ()
     gripper_state: str = "sum"  # sum | mean | none
-    gripper_name: str = "gripper"  # the chunk column carrying the gripper value
+    # The chunk column carrying the gripper: by default the first finger joint, holding one
+    # finger's opening (width / 2 for a two-finger gripper), the unit a JointTrajectoryController
+    # and the sim driver take (core/topics.py).
+    gripper_name: str = ""
 
     def __post_init__(self):
         if self.gripper_state not in GRIPPER_STATES:
@@ -89,7 +92,13 @@ class StateMapping:
 
     @property
     def joint_names(self) -> list[str]:
-        return [*self.arm_joints, *([self.gripper_name] if self.has_gripper else [])]
+        gripper = self.gripper_name or (self.gripper_joints[:1] and self.gripper_joints[0])
+        return [*self.arm_joints, *([gripper] if self.has_gripper else [])]
+
+    @property
+    def _gripper_scale(self) -> float:
+        """Policy gripper value -> published per-finger opening."""
+        return 1.0 / len(self.gripper_joints) if self.gripper_state == "sum" else 1.0
 
     def state_from(self, names, positions) -> np.ndarray:
         """State vector from a JointState's names/positions; SyncError names missing joints."""
@@ -124,16 +133,19 @@ class StateMapping:
     def to_positions(self, actions: np.ndarray, state: np.ndarray, space: ActionSpace):
         """Chunk actions -> joint-position rows. Joint deltas are relative to the observed state
         (openpi convention); the gripper column is absolute in every space."""
+        positions = actions.astype(np.float64)
         if space == ActionSpace.JOINT_DELTAS:
-            positions = actions.astype(np.float64)
             n = len(self.arm_joints)
             positions[:, :n] += state[:n]
-            return positions
-        return actions.astype(np.float64)
+        if self.has_gripper:
+            positions[:, -1] *= self._gripper_scale
+        return positions
 
     def to_actions(self, positions: np.ndarray, state: np.ndarray, space: ActionSpace):
         """Inverse of `to_positions` (for the guidance plan)."""
         actions = positions.astype(np.float32)
+        if self.has_gripper:
+            actions[:, -1] /= self._gripper_scale
         if space == ActionSpace.JOINT_DELTAS:
             n = len(self.arm_joints)
             actions[:, :n] -= state[:n]
@@ -293,7 +305,6 @@ class EngineNode(Node):
             config = load_robot(robot)
             arm_joints = arm_joints or config.joints
             gripper_joints = gripper_joints or config.gripper_joints
-            gripper_name = gripper_name or config.controllers.get("gripper", "gripper")
         return StateMapping(
             arm_joints=tuple(arm_joints),
             gripper_joints=tuple(gripper_joints or ()),
@@ -473,7 +484,8 @@ class EngineNode(Node):
             self._fail("output", f"non-finite actions at steps {np.flatnonzero(bad).tolist()}")
             return False
         positions = self.mapping.to_positions(actions, observation.state, spec.action_space)
-        self._chunk_pub.publish(self._trajectory(positions, frame_stamp, spec.dt))
+        request_id = request.header.frame_id if request is not None else ""
+        self._chunk_pub.publish(self._trajectory(positions, frame_stamp, spec.dt, request_id))
         self._last_used_stamp = observation.stamp
         latency_s = self._now() - observation.stamp
         self._latencies_s.append(latency_s)
@@ -556,9 +568,12 @@ class EngineNode(Node):
 
     # -- output ----------------------------------------------------------------------------
 
-    def _trajectory(self, positions: np.ndarray, stamp: TimeMsg, dt: float) -> JointTrajectory:
+    def _trajectory(
+        self, positions: np.ndarray, stamp: TimeMsg, dt: float, request_id: str
+    ) -> JointTrajectory:
         msg = JointTrajectory()
         msg.header.stamp = stamp
+        msg.header.frame_id = request_id  # echoes the request's id: delay in executed steps
         msg.joint_names = self.mapping.joint_names
         for k, row in enumerate(positions):
             point = JointTrajectoryPoint()
