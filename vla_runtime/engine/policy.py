@@ -144,5 +144,7 @@ class Policy(Protocol):
         compute_mode: ComputeMode = FULL_COMPUTE,
         plan: np.ndarray | None = None,
     ) -> ActionChunk:
-        """`plan`: (d, action_dim) actions that will run while this inference happens (RTC)."""
+        """`plan`: (d, action_dim) actions that will run while this inference happens, in the
+        robot's units; plan[k] is applied at observation.stamp + k*dt, like chunk action k. The
+        new chunk's first d actions follow it (real-time chunking, `engine/rtc.py`)."""
         ...

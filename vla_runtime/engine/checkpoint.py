@@ -1,0 +1,123 @@
+"""Local checkpoints: a directory with `model.safetensors` and `spec.json`; nothing is fetched.
+
+spec.json = {"format": 1, "spec": PolicySpec, "model": ModelConfig, "normalization": stats}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from vla_runtime.engine.model import ModelConfig, VLAModel
+from vla_runtime.engine.policy import PolicyError, PolicySpec
+
+FORMAT = 1
+WEIGHTS = "model.safetensors"
+SPEC = "spec.json"
+_STD_FLOOR = 1e-6  # a constant joint (e.g. a locked gripper) must not divide by zero
+
+
+@dataclass
+class Normalization:
+    """Per-dimension mean/std of states and actions; the model sees (x - mean) / std."""
+
+    state_mean: np.ndarray
+    state_std: np.ndarray
+    action_mean: np.ndarray
+    action_std: np.ndarray
+
+    @classmethod
+    def identity(cls, state_dim: int, action_dim: int) -> Normalization:
+        return cls(
+            np.zeros(state_dim, np.float32),
+            np.ones(state_dim, np.float32),
+            np.zeros(action_dim, np.float32),
+            np.ones(action_dim, np.float32),
+        )
+
+    @classmethod
+    def from_data(cls, states: np.ndarray, actions: np.ndarray) -> Normalization:
+        a = actions.reshape(-1, actions.shape[-1])
+        return cls(states.mean(0), states.std(0), a.mean(0), a.std(0))
+
+    def __post_init__(self):
+        for name in ("state_mean", "state_std", "action_mean", "action_std"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float32))
+        self.state_std = np.maximum(self.state_std, _STD_FLOOR)
+        self.action_std = np.maximum(self.action_std, _STD_FLOOR)
+
+    def normalize_state(self, state: np.ndarray) -> np.ndarray:
+        return (state - self.state_mean) / self.state_std
+
+    def normalize_actions(self, actions: np.ndarray) -> np.ndarray:
+        return (actions - self.action_mean) / self.action_std
+
+    def denormalize_actions(self, actions: np.ndarray) -> np.ndarray:
+        return actions * self.action_std + self.action_mean
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k).tolist() for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Normalization:
+        return cls(**{k: np.asarray(d[k], np.float32) for k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Checkpoint:
+    model: VLAModel
+    spec: PolicySpec
+    normalization: Normalization
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.cfg
+
+
+def save_checkpoint(directory: str | Path, checkpoint: Checkpoint) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in checkpoint.model.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS))
+    meta = {
+        "format": FORMAT,
+        "spec": checkpoint.spec.to_dict(),
+        "model": checkpoint.config.to_dict(),
+        "normalization": checkpoint.normalization.to_dict(),
+    }
+    (directory / SPEC).write_text(json.dumps(meta, indent=2))
+    return directory
+
+
+def load_checkpoint(directory: str | Path, device: str = "cpu") -> Checkpoint:
+    directory = Path(directory)
+    if not (directory / WEIGHTS).is_file() or not (directory / SPEC).is_file():
+        raise PolicyError(f"{directory} is not a checkpoint (needs {WEIGHTS} and {SPEC})")
+    meta = json.loads((directory / SPEC).read_text())
+    if meta.get("format") != FORMAT:
+        raise PolicyError(f"{directory / SPEC}: format {meta.get('format')}, expected {FORMAT}")
+    spec = PolicySpec.from_dict(meta["spec"])
+    model = VLAModel(ModelConfig(**meta["model"]))
+    model.load_state_dict(load_file(str(directory / WEIGHTS), device="cpu"))
+    return Checkpoint(model.to(device).eval(), spec, Normalization.from_dict(meta["normalization"]))
+
+
+def model_hash(checkpoint: Checkpoint) -> str:
+    """Content hash of weights + spec + config + stats: keys exported engines in engines/."""
+    h = hashlib.sha256()
+    meta = {
+        "spec": checkpoint.spec.to_dict(),
+        "model": checkpoint.config.to_dict(),
+        "normalization": checkpoint.normalization.to_dict(),
+    }
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    for name, tensor in sorted(checkpoint.model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()[:16]

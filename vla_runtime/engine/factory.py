@@ -1,0 +1,44 @@
+"""One entry point for local back ends: `load_policy(backend, checkpoint, preset, device, seed)`."""
+
+from __future__ import annotations
+
+import torch
+
+from vla_runtime.engine.checkpoint import Checkpoint, Normalization, load_checkpoint
+from vla_runtime.engine.model import VLAModel, default_spec, preset_config
+from vla_runtime.engine.policy import Policy, PolicyError, PolicySpec
+
+BACKENDS = ("torch", "onnxruntime")
+
+
+def random_checkpoint(preset: str = "tiny", seed: int = 0, spec: PolicySpec | None = None):
+    """Randomly initialised model (seeded, global RNG untouched) with identity normalisation."""
+    spec = spec or default_spec()
+    config = preset_config(preset, spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = VLAModel(config).eval()
+    return Checkpoint(model, spec, Normalization.identity(spec.state_dim, spec.action_dim))
+
+
+def load_policy(
+    backend: str = "torch",
+    checkpoint: str | None = None,
+    preset: str = "tiny",
+    device: str = "cpu",
+    seed: int = 0,
+    **options,
+) -> Policy:
+    """`checkpoint`: a local directory (model.safetensors + spec.json); None = random weights of
+    `preset`. `options` go to the policy (max_reuse, candidates, warm_steps; onnxruntime also
+    cache_dir)."""
+    loaded = load_checkpoint(checkpoint) if checkpoint else random_checkpoint(preset, seed)
+    if backend == "torch":
+        from vla_runtime.engine.torch_backend import TorchPolicy
+
+        return TorchPolicy(loaded, device=device, seed=seed, **options)
+    if backend in ("onnxruntime", "ort"):
+        from vla_runtime.engine.onnx_backend import OrtPolicy
+
+        return OrtPolicy.from_checkpoint(loaded, device=device, seed=seed, **options)
+    raise PolicyError(f"unknown back end {backend!r}; local back ends: {list(BACKENDS)}")

@@ -1,0 +1,96 @@
+"""Euler flow sampling with real-time-chunking guidance (Black et al. 2025, arXiv 2506.07339).
+
+Flow time tau runs from 0 (noise) to 1 (actions). With a plan Y (the actions that will run
+while this inference happens, continued by holding its last action) each step does
+
+    v = v(A, tau);  A1 = A + (1 - tau) v;  e = W * (Y - A1);  g = (dA1/dA)^T e
+    A <- A + dtau (v + beta(tau) g),  beta(tau) = min(beta_max, (tau^2 + (1-tau)^2) / (tau (1-tau)))
+
+with the soft mask W: 1 on the first d (frozen) actions, a linear ramp down to 0 at H - s, 0
+after. g is the exact vector-Jacobian product through the action expert (torch.autograd) when
+the back end is differentiable; otherwise dA1/dA is approximated by the identity (g = e).
+beta_max = 1 / dtau (10 for 10 steps, the paper's value) so one guided step cannot overshoot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+VelocityFn = Callable[[torch.Tensor, float], torch.Tensor]
+
+
+def default_execution_horizon(horizon: int, delay: int) -> int:
+    """s with d <= s <= H - d when possible: half the chunk, as the paper's experiments use."""
+    return min(max(delay, horizon // 2), max(horizon - delay, delay))
+
+
+def soft_mask(horizon: int, delay: int, execution_horizon: int) -> torch.Tensor:
+    """W (H,): 1 for i < d; clip((d-1-i)/(H-s-d+1) + 1, 0, 1) for d <= i < H-s; 0 after."""
+    i = torch.arange(horizon, dtype=torch.float32)
+    span = horizon - execution_horizon - delay + 1
+    ramp = ((delay - 1 - i) / max(span, 1) + 1).clamp(0, 1)
+    w = torch.where(i < delay, torch.ones_like(i), ramp)
+    return torch.where(i >= max(horizon - execution_horizon, delay), torch.zeros_like(i), w)
+
+
+def guidance_weight(tau: float, beta_max: float) -> float:
+    if tau <= 0.0 or tau >= 1.0:
+        return beta_max
+    return min(beta_max, (tau**2 + (1 - tau) ** 2) / (tau * (1 - tau)))
+
+
+@dataclass
+class Guidance:
+    target: torch.Tensor  # Y (M or 1, H, A): the plan, held after its end (normalised units)
+    weights: torch.Tensor  # W (H,)
+    delay: int
+
+
+def make_guidance(plan: torch.Tensor, horizon: int, execution_horizon: int | None = None):
+    """plan (d, A) normalised -> Guidance over a chunk of `horizon` actions."""
+    delay = plan.shape[0]
+    held = plan[-1:].expand(horizon - delay, -1)
+    target = torch.cat([plan, held], dim=0).unsqueeze(0)
+    if execution_horizon is None:
+        s = default_execution_horizon(horizon, delay)
+    elif delay <= execution_horizon <= horizon:
+        s = execution_horizon
+    else:
+        raise ValueError(f"execution horizon {execution_horizon} outside [{delay}, {horizon}]")
+    return Guidance(target, soft_mask(horizon, delay, s).to(plan.device), delay)
+
+
+def denoise(
+    velocity: VelocityFn,
+    actions: torch.Tensor,
+    tau0: float,
+    steps: int,
+    guidance: Guidance | None = None,
+    exact_vjp: bool = True,
+) -> torch.Tensor:
+    """Integrate A from tau0 to 1 in `steps` Euler steps; guided when `guidance` is given."""
+    dtau = (1.0 - tau0) / steps
+    beta_max = 1.0 / dtau
+    a = actions
+    for k in range(steps):
+        tau = tau0 + k * dtau
+        if guidance is None:
+            a = a + dtau * velocity(a, tau)
+            continue
+        weights = guidance.weights[None, :, None]
+        if exact_vjp:
+            with torch.enable_grad():
+                leaf = a.detach().requires_grad_(True)
+                v = velocity(leaf, tau)
+                a1 = leaf + (1.0 - tau) * v
+                error = weights * (guidance.target - a1)
+                (g,) = torch.autograd.grad(a1, leaf, grad_outputs=error.detach())
+            v = v.detach()
+        else:
+            v = velocity(a, tau)
+            g = weights * (guidance.target - (a + (1.0 - tau) * v))
+        a = (a + dtau * (v + guidance_weight(tau, beta_max) * g)).detach()
+    return a
