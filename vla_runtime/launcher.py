@@ -114,7 +114,7 @@ class _Monitor:
         from vla_runtime.nodes.monitor import RunMonitor
 
         self._context = Context()
-        rclpy.init(context=self._context, domain_id=claim.domain_id)
+        rclpy.init(args=[], context=self._context, domain_id=claim.domain_id)
         self.node = RunMonitor(
             list(stack.report_topics), context=self._context, use_sim_time=stack.use_sim_time
         )

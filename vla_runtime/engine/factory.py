@@ -8,7 +8,7 @@ from vla_runtime.engine.checkpoint import Checkpoint, Normalization, load_checkp
 from vla_runtime.engine.model import VLAModel, default_spec, preset_config
 from vla_runtime.engine.policy import Policy, PolicyError, PolicySpec
 
-BACKENDS = ("torch", "onnxruntime")
+BACKENDS = ("torch", "onnxruntime", "tensorrt")
 
 
 def random_checkpoint(preset: str = "tiny", seed: int = 0, spec: PolicySpec | None = None):
@@ -32,6 +32,11 @@ def load_policy(
     """`checkpoint`: a local directory (model.safetensors + spec.json); None = random weights of
     `preset`. `options` go to the policy (max_reuse, candidates, warm_steps; onnxruntime also
     cache_dir)."""
+    if backend == "tensorrt":  # builds (or loads cached) plans from the ONNX export
+        from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
+
+        device = "cuda" if device == "cpu" else device
+        return load_tensorrt_policy(checkpoint, preset, seed, device, **options)
     loaded = load_checkpoint(checkpoint) if checkpoint else random_checkpoint(preset, seed)
     if backend == "torch":
         from vla_runtime.engine.torch_backend import TorchPolicy

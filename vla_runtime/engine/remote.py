@@ -699,10 +699,6 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 
 def _load_backend(args):
-    if args.backend == "tensorrt":
-        from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
-
-        return load_tensorrt_policy(checkpoint=args.checkpoint, preset=args.preset, seed=args.seed)
     from vla_runtime.engine.factory import load_policy
 
     return load_policy(

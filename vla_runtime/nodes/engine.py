@@ -326,12 +326,6 @@ class EngineNode(Node):
                 timeout_s=self.remote_timeout_s,
                 connect=False,
             )
-        if self.backend == "tensorrt":
-            from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
-
-            return load_tensorrt_policy(
-                checkpoint=self.checkpoint or None, preset=self.preset, seed=self.seed
-            )
         from vla_runtime.engine.factory import load_policy
 
         return load_policy(

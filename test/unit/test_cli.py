@@ -1,0 +1,40 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vla_runtime.cli import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vla_runtime.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_unknown_stack_and_bad_arguments_are_clear_errors(capsys):
+    assert main(["launch", "nope"]) == 2
+    assert "no stack 'nope'" in capsys.readouterr().err
+    assert main(["launch", "sim", "--duration", "1", "seed=3"]) == 2
+    assert "name:=value" in capsys.readouterr().err
+    assert main(["launch", "sim", "not_an_arg:=1"]) == 2
+    assert "has no argument(s) ['not_an_arg']" in capsys.readouterr().err
+    assert main(["launch", "ur", "--sim"]) == 2
+    assert "no simulated UR5e" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["launch", "sim", "--no-such-option"])
+
+
+def test_bench_sim_prints_one_json_object():
+    out = run_cli("bench", "sim", "--json", "--seconds", "0.3")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["physics"]["real_time_factor"] > 1.0
+    assert set(result["render"]) == {"scene", "wrist"}
+    assert result["render"]["scene"]["ms_p50"] > 0
