@@ -8,6 +8,7 @@ after which the node's `close()` runs so drivers can leave the arm holding.
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 
 import rclpy
@@ -28,12 +29,13 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
             executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except Exception as exc:  # a crash must be visible to the launcher as a non-zero exit
-        print(f"[{getattr(node, 'get_name', lambda: '?')()}] fatal: {exc!r}", file=sys.stderr)
-        import traceback
-
-        traceback.print_exc()
-        code = 1
+    except Exception as exc:
+        # A signal can shut the context down between ok() and spin_once(): that is a clean stop.
+        # Anything else is a crash the launcher must see as a non-zero exit.
+        if rclpy.ok() or node is None:
+            print(f"[{getattr(node, 'get_name', lambda: '?')()}] fatal: {exc!r}", file=sys.stderr)
+            traceback.print_exc()
+            code = 1
     finally:
         if node is not None:
             close = getattr(node, "close", None)

@@ -1,0 +1,193 @@
+"""The streamer node as its own process over real DDS, with the test playing engine + safety
+(answering each inference request after an injected delay) and the arm (joint states that
+follow the commands)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from rclpy.duration import Duration
+from rclpy.executors import SingleThreadedExecutor
+
+from vla_runtime.core import topics
+from vla_runtime.core.robot import load_robot
+
+pytestmark = pytest.mark.integration
+
+ROBOT = load_robot("fr3")
+NAMES = [*ROBOT.joints, "fr3_finger_joint1"]
+START = np.array([*ROBOT.home, 0.04])
+AMPLITUDE = np.array([0.15, 0.1, 0.15, 0.1, 0.2, 0.2, 0.2, 0.0])
+PERIOD_S = 3.0
+CHUNK_LEN, CHUNK_DT = 50, 0.02  # 1 s horizon
+RUN_S = 4.0
+
+
+def trajectory(t, t0):
+    """Smooth known motion that starts at rest at START at t0; every chunk samples it."""
+    phase = 2 * np.pi * (np.asarray(t) - t0) / PERIOD_S
+    return START + np.multiply.outer(1 - np.cos(phase), AMPLITUDE)
+
+
+def seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def start_streamer(tmp_path, name, **params):
+    args = [sys.executable, "-m", "vla_runtime.nodes.streamer", "--ros-args"]
+    for key, value in params.items():
+        args += ["-p", f"{key}:={value}"]
+    log = open(tmp_path / f"{name}.log", "w")
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
+def stop(proc, tmp_path, name):
+    proc.terminate()
+    try:
+        code = proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        code = None
+    return code, (tmp_path / f"{name}.log").read_text()
+
+
+class FakeStack:
+    """Engine + safety (delayed chunk answers echoing the request id) and arm (joint states)."""
+
+    def __init__(self, context, delay_s):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from sensor_msgs.msg import JointState
+        from trajectory_msgs.msg import JointTrajectory
+
+        self.node = rclpy.create_node("fake_stack", context=context)
+        self.delay_s = delay_s
+        self.t0: float | None = None
+        self.commands, self.requests, self.stats = [], [], []
+        self.due: list[tuple[float, object]] = []
+        self.position = START.copy()
+        node = self.node
+        self.chunk_pub = node.create_publisher(JointTrajectory, topics.CHECKED_CHUNK, 10)
+        self.state_pub = node.create_publisher(JointState, topics.JOINT_STATES, 10)
+        node.create_subscription(JointState, topics.COMMAND, self._on_command, 100)
+        node.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
+        node.create_subscription(DiagnosticArray, topics.STREAMER_STATS, self.stats.append, 10)
+        node.create_timer(0.01, self._publish_state)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(node)
+
+    def _on_command(self, msg):
+        self.commands.append((seconds(msg.header.stamp), np.array(msg.position)))
+        self.position = np.array(msg.position)
+
+    def _on_request(self, msg):
+        self.requests.append(msg)
+        self.due.append((time.monotonic() + self.delay_s, msg))
+
+    def _publish_state(self):
+        from sensor_msgs.msg import JointState
+
+        msg = JointState(name=NAMES, position=self.position.tolist())
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.state_pub.publish(msg)
+
+    def _answer(self, request):
+        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+        t_obs = seconds(request.header.stamp)  # observed when the request went out
+        if self.t0 is None:
+            self.t0 = t_obs
+        chunk = JointTrajectory(joint_names=NAMES)
+        chunk.header.stamp = request.header.stamp
+        chunk.header.frame_id = request.header.frame_id
+        offsets = CHUNK_DT * (np.arange(CHUNK_LEN) + 1)
+        for dt, row in zip(offsets, trajectory(t_obs + offsets, self.t0), strict=True):
+            point = JointTrajectoryPoint(positions=row.tolist())
+            point.time_from_start = Duration(nanoseconds=round(dt * 1e9)).to_msg()
+            chunk.points.append(point)
+        self.chunk_pub.publish(chunk)
+
+    def spin_for(self, seconds_, until=None):
+        deadline = time.monotonic() + seconds_
+        while time.monotonic() < deadline:
+            if until is not None and until():
+                return True
+            self.executor.spin_once(timeout_sec=0.002)
+            now = time.monotonic()
+            while self.due and self.due[0][0] <= now:
+                self._answer(self.due.pop(0)[1])
+        return until() if until is not None else True
+
+    def latest_stats(self) -> dict:
+        values = {kv.key: kv.value for kv in self.stats[-1].status[0].values}
+        return values
+
+    def close(self):
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def run_case(rclpy_context, tmp_path, delay_s, **params):
+    name = f"streamer_{round(delay_s * 1000)}"
+    stack = FakeStack(rclpy_context, delay_s)
+    proc = start_streamer(
+        tmp_path, name, control_rate_hz=250.0, warmup_requests=1, stats_period_s=0.5, **params
+    )
+    try:
+        assert stack.spin_for(30.0, until=lambda: len(stack.commands) > 0), "no command"
+        assert np.allclose(stack.commands[0][1], START)  # holds the measured state first
+        assert stack.spin_for(30.0, until=lambda: stack.t0 is not None), "no request answered"
+        stack.spin_for(RUN_S)
+        count = len(stack.stats)
+        assert stack.spin_for(10.0, until=lambda: len(stack.stats) > count)
+        assert proc.poll() is None
+    finally:
+        code, log = stop(proc, tmp_path, name)
+        stack.close()
+    assert code == 0, log
+    return stack, log
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.2, 0.3])
+def test_async_streaming_under_injected_delay(rclpy_context, tmp_path, delay_s):
+    stack, log = run_case(rclpy_context, tmp_path, delay_s)
+    stats = stack.latest_stats()
+    assert stats["stale_executed"] == "0", stats
+    assert stats["empty_plan_ticks"] == "0", stats  # delay < 1 s chunk horizon
+    assert int(stats["chunks_accepted"]) >= 3 and stats["chunks_rejected"] == "0", stats
+    assert int(stats["executed_actions"]) >= 100, stats
+    assert int(stats["handovers"]) >= 2, stats
+    assert float(stats["discontinuity_ratio"]) <= 1.5, stats
+    if delay_s >= 0.2:  # stale prefixes exist and were dropped, never executed
+        assert int(stats["stale_dropped"]) > 0, stats
+    # Requests carry ids and, after the first, the remaining plan.
+    assert [r.header.frame_id for r in stack.requests[:2]] == ["req:1", "req:2"]
+    assert len(stack.requests[1].points) > 0
+    if stats["delay_steps_p50"]:
+        delay_ms = float(stats["delay_ms_p50"])
+        assert delay_s * 1e3 - 4.0 <= delay_ms <= delay_s * 1e3 + 150.0, stats
+    # The commands follow the known trajectory once the start-up blend is over.
+    late = [(t, p) for t, p in stack.commands if t > stack.t0 + 1.5]
+    assert len(late) > 100
+    errors = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]
+    assert max(errors) < 1e-3, max(errors)
+    stamps = np.array([t for t, _ in stack.commands])
+    assert np.all(np.diff(stamps) > 0)
+    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    assert 200.0 < rate < 260.0, rate
+
+
+def test_sync_baseline_stops_between_chunks(rclpy_context, tmp_path):
+    stack, _ = run_case(rclpy_context, tmp_path, 0.2, mode="sync", tick_source="timer")
+    stats = stack.latest_stats()
+    assert stats["mode"] == "sync" and stats["tick_source"] == "timer"
+    assert stats["stale_executed"] == "0", stats
+    # The arm runs dry while each request is computed: ~0.2 s of holding per chunk.
+    assert int(stats["empty_plan_ticks"]) >= 40, stats
+    assert int(stats["chunks_accepted"]) >= 2, stats

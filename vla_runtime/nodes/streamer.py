@@ -1,0 +1,357 @@
+"""Streamer node (`vla-streamer`): checked action chunks -> control-rate commands (DESIGN.md §4).
+
+Subscribes /vla/checked_chunk (JointTrajectory, DESIGN.md §2 chunk convention) and
+/joint_states; publishes /vla/command (sensor_msgs/JointState, header.stamp = the command time
+the setpoint is for = now + driver_delay_s) at `control_rate_hz`, /vla/inference_request
+(JointTrajectory: the plan still to run, header.stamp = now, points relative to it,
+header.frame_id = "req:<id>", which the engine echoes in the chunk's frame_id so the delay can
+be counted in control steps) and /vla/streamer/stats (DiagnosticArray, every `stats_period_s`).
+
+It never commands before the first joint state with every arm joint has arrived; it then holds
+that measured state until a chunk arrives. Bad chunks are logged and rejected (the arm keeps
+its plan or holds). Tick source (`tick_source`): "thread" = a dedicated thread sleeping to
+absolute CLOCK_MONOTONIC deadlines (clock_nanosleep, lowest jitter, wall time); "timer" = a ROS
+timer on the node's clock (follows /clock with use_sim_time); "auto" = timer with sim time,
+thread otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+import threading
+import time
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from rclpy.time import Time
+from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from vla_runtime.core import topics
+from vla_runtime.core.interpolation import limits_for
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.stats import Reservoir
+from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
+from vla_runtime.nodes.runtime import run_node
+
+TICK_SOURCES = ("auto", "thread", "timer")
+REQUEST_PREFIX = "req:"
+CLOCK_MONOTONIC, TIMER_ABSTIME = 1, 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _absolute_sleeper():
+    """sleep_until(deadline_ns on CLOCK_MONOTONIC): clock_nanosleep(TIMER_ABSTIME) through libc
+    (no drift from computing relative sleeps), or time.sleep where libc lacks it."""
+    try:
+        clock_nanosleep = ctypes.CDLL(None, use_errno=True).clock_nanosleep
+    except (OSError, AttributeError):
+        clock_nanosleep = None
+
+    def sleep_until(deadline_ns: int) -> None:
+        if clock_nanosleep is None:
+            delay = (deadline_ns - time.monotonic_ns()) * 1e-9
+            if delay > 0:
+                time.sleep(delay)
+            return
+        spec = _Timespec(deadline_ns // 1_000_000_000, deadline_ns % 1_000_000_000)
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ctypes.byref(spec), None) == 4:
+            pass  # EINTR: a signal arrived; sleep on to the same deadline
+
+    return sleep_until
+
+
+def parse_request_id(frame_id: str) -> int | None:
+    if frame_id.startswith(REQUEST_PREFIX):
+        try:
+            return int(frame_id[len(REQUEST_PREFIX) :])
+        except ValueError:
+            return None
+    return None
+
+
+def stamp_seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+class _ThrottledLog:
+    def __init__(self, log, period_s: float = 2.0):
+        self._log, self._period, self._last = log, period_s, -math.inf
+
+    def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= self._period:
+            self._last = now
+            self._log(message)
+
+
+class StreamerNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(kwargs.pop("node_name", "streamer"), **kwargs)
+        declare = self.declare_parameter
+        robot = load_robot(str(declare("robot", "fr3").value))
+        self.control_rate_hz = float(declare("control_rate_hz", 250.0).value)
+        if not 1.0 <= self.control_rate_hz <= 2000.0:
+            raise ValueError(f"control_rate_hz must be in [1, 2000], got {self.control_rate_hz}")
+        self.config = StreamerConfig(
+            control_period_s=1.0 / self.control_rate_hz,
+            mode=str(declare("mode", "async").value),
+            request_policy=str(declare("request_policy", "threshold").value),
+            margin_steps=int(declare("margin_steps", 25).value),
+            blend_window_s=float(declare("blend_window_s", 0.1).value),
+            driver_delay_s=float(declare("driver_delay_s", 0.0).value),
+            warmup_requests=int(declare("warmup_requests", 3).value),
+            request_timeout_s=float(declare("request_timeout_s", 2.0).value),
+        )
+        self.tick_source = str(declare("tick_source", "auto").value)
+        if self.tick_source not in TICK_SOURCES:
+            raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")
+        stats_period_s = float(declare("stats_period_s", 1.0).value)
+        use_sim_time = bool(self.get_parameter("use_sim_time").value)
+        if self.tick_source == "auto":
+            self.tick_source = "timer" if use_sim_time else "thread"
+
+        self.arm_joints = list(robot.joints)
+        self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else None
+        self.joint_names = self.arm_joints + ([self.gripper_joint] if self.gripper_joint else [])
+        self.limits = limits_for(robot, with_gripper=self.gripper_joint is not None)
+        self.gripper_open = robot.gripper_max_width / 2.0
+
+        self.streamer: ActionStreamer | None = None
+        self._lock = threading.Lock()
+        self.tick_us = Reservoir(20_000)
+        self.period_error_ms = Reservoir(20_000)
+        self.overruns = 0
+        self._last_tick_ns: int | None = None
+        self._warn = _ThrottledLog(self.get_logger().warning)
+
+        self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
+        self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
+        self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
+        self.create_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10)
+        self.create_subscription(
+            JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
+        )
+        self.create_timer(stats_period_s, self.publish_stats)
+
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.tick_source == "timer":
+            self.create_timer(self.config.control_period_s, self.tick)
+        else:
+            # The tick thread must get the GIL back promptly when its deadline comes.
+            sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
+            self._thread = threading.Thread(target=self._tick_loop, name="control", daemon=True)
+            self._thread.start()
+        self.get_logger().info(
+            f"streamer: {self.control_rate_hz:g} Hz ({self.tick_source}), mode {self.config.mode}, "
+            f"requests {self.config.request_policy}, joints {self.joint_names}"
+        )
+
+    # ------------------------------------------------------------------ control loop
+
+    def _tick_loop(self) -> None:
+        sleep_until = _absolute_sleeper()
+        period_ns = round(self.config.control_period_s * 1e9)
+        deadline = time.monotonic_ns() + period_ns
+        while not self._stop.is_set():
+            sleep_until(deadline)
+            if self._stop.is_set():
+                break
+            self.tick()
+            deadline += period_ns
+            late = time.monotonic_ns() - deadline
+            if late > 0:  # overran a whole period: skip the missed ticks, never burst
+                missed = late // period_ns + 1
+                self.overruns += missed
+                deadline += missed * period_ns
+
+    def tick(self) -> None:
+        """One control step: advance the plan, publish the command and maybe a request."""
+        started = time.perf_counter()
+        self._record_period()
+        now = self._now()
+        with self._lock:
+            streamer = self.streamer
+            if streamer is None:
+                return
+            setpoint = streamer.tick(now)
+            request = streamer.make_request(now) if streamer.want_request(now) else None
+        command = JointState()
+        command.header.stamp = Time(nanoseconds=round(setpoint.time * 1e9)).to_msg()
+        command.name = self.joint_names
+        command.position = setpoint.position.tolist()
+        command.velocity = setpoint.velocity.tolist()
+        self._command_pub.publish(command)
+        if request is not None:
+            self._request_pub.publish(self._request_message(request))
+        self.tick_us.add((time.perf_counter() - started) * 1e6)
+
+    def _record_period(self) -> None:
+        """Deviation of each tick's period from the nominal one: wall (monotonic) time, or the
+        ROS clock when ticking on a sim-time timer."""
+        if self.tick_source == "timer" and self.get_clock().ros_time_is_active:
+            now_ns = self.get_clock().now().nanoseconds
+        else:
+            now_ns = time.monotonic_ns()
+        if self._last_tick_ns is not None:
+            period_ms = (now_ns - self._last_tick_ns) * 1e-6
+            self.period_error_ms.add(abs(period_ms - self.config.control_period_s * 1e3))
+        self._last_tick_ns = now_ns
+
+    def _request_message(self, request) -> JointTrajectory:
+        msg = JointTrajectory()
+        msg.header.stamp = Time(nanoseconds=round(request.stamp * 1e9)).to_msg()
+        msg.header.frame_id = f"{REQUEST_PREFIX}{request.request_id}"
+        msg.joint_names = self.joint_names
+        for t, row in zip(request.times_from_start, request.positions, strict=True):
+            point = JointTrajectoryPoint()
+            point.positions = row.tolist()
+            point.time_from_start = Duration(nanoseconds=round(t * 1e9)).to_msg()
+            msg.points.append(point)
+        return msg
+
+    # ------------------------------------------------------------------ inputs
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        if self.streamer is not None:
+            return  # commands are generated open loop from the plan once started
+        index = {name: i for i, name in enumerate(msg.name)}
+        if any(j not in index for j in self.arm_joints) or len(msg.position) < len(msg.name):
+            self._warn(f"joint state lacks arm joints {self.arm_joints}; not starting yet")
+            return
+        position = [msg.position[index[j]] for j in self.arm_joints]
+        if self.gripper_joint is not None:
+            if self.gripper_joint in index:
+                position.append(msg.position[index[self.gripper_joint]])
+            else:
+                position.append(self.gripper_open)
+        if not all(math.isfinite(p) for p in position):
+            self._warn(f"non-finite joint state {position}; not starting yet")
+            return
+        with self._lock:
+            self.streamer = ActionStreamer(
+                self.config, self.limits, np.array(position), arm_dof=len(self.arm_joints)
+            )
+        self.get_logger().info(f"holding the measured state {np.round(position, 4).tolist()}")
+
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        now = self._now()
+        if self.streamer is None:
+            self._warn("chunk before the first joint state: ignored")
+            return
+        parsed = self._parse_chunk(msg)
+        if isinstance(parsed, str):
+            with self._lock:
+                self.streamer.counters.chunks_rejected += 1
+                self.streamer.counters.last_rejection = parsed
+            self._warn(f"chunk rejected: {parsed}")
+            return
+        times, positions = parsed
+        with self._lock:
+            result = self.streamer.merge_chunk(
+                now, stamp_seconds(msg.header.stamp), times, positions,
+                parse_request_id(msg.header.frame_id),
+            )  # fmt: skip
+        if not result.accepted:
+            self._warn(f"chunk rejected: {result.reason}")
+
+    def _parse_chunk(self, msg: JointTrajectory):
+        """(times_from_start, positions in our joint order) or the reason it cannot be used.
+        The gripper column is optional: without it the gripper keeps its current command."""
+        names = list(msg.joint_names)
+        if len(set(names)) != len(names):
+            return f"duplicated joint names {names}"
+        missing = [j for j in self.arm_joints if j not in names]
+        unknown = [n for n in names if n not in self.joint_names]
+        if missing or unknown:
+            return f"joint names {names}: missing {missing}, unknown {unknown}"
+        columns = [names.index(j) if j in names else None for j in self.joint_names]
+        times = []
+        rows = []
+        with self._lock:
+            held_gripper = float(self.streamer.state.position[-1])
+        for k, point in enumerate(msg.points):
+            if len(point.positions) != len(names):
+                return f"point {k}: {len(point.positions)} positions for {len(names)} joints"
+            rows.append([point.positions[c] if c is not None else held_gripper for c in columns])
+            times.append(point.time_from_start.sec + point.time_from_start.nanosec * 1e-9)
+        return np.array(times), np.array(rows, dtype=float).reshape(len(rows), len(columns))
+
+    # ------------------------------------------------------------------ stats
+
+    def metrics(self) -> dict:
+        with self._lock:
+            values = {} if self.streamer is None else self.streamer.metrics()
+        tick = self.tick_us.summary()
+        jitter = self.period_error_ms.summary()
+        values.update(
+            mode=self.config.mode,
+            request_policy=self.config.request_policy,
+            control_rate_hz=self.control_rate_hz,
+            tick_source=self.tick_source,
+            tick_us_p50=tick["p50"],
+            tick_us_p99=tick["p99"],
+            jitter_ms_p50=jitter["p50"],
+            jitter_ms_p99=jitter["p99"],
+            jitter_ms_max=jitter["max"],
+            overruns=self.overruns,
+            started=self.streamer is not None,
+        )
+        return values
+
+    def publish_stats(self) -> None:
+        values = self.metrics()
+        level = DiagnosticStatus.OK
+        message = "streaming"
+        if not values["started"]:
+            level, message = DiagnosticStatus.WARN, "waiting for the first joint state"
+        elif values.get("stale_executed"):
+            level, message = DiagnosticStatus.ERROR, "stale actions executed"
+        elif values.get("holding"):
+            level, message = DiagnosticStatus.WARN, "holding (no plan)"
+        status = DiagnosticStatus(
+            level=level,
+            name="streamer",
+            message=message,
+            values=[KeyValue(key=k, value=_format(v)) for k, v in values.items()],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        try:
+            self._stats_pub.publish(array)
+        except Exception:  # context already shut down
+            pass
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        self.publish_stats()
+
+
+def _format(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(StreamerNode, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
