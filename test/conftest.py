@@ -31,5 +31,16 @@ def rclpy_context(ros_domain):
     ctx.try_shutdown()
 
 
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """One torch thread: tiny models run faster without thread hand-offs on a 2-core machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_configure(config):
     os.environ.setdefault("MUJOCO_GL", "egl")
