@@ -1,0 +1,256 @@
+"""The safety node as a separate process over real DDS: gate, watchdog, e-stop, chunk verdicts."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from builtin_interfaces.msg import Duration
+from rclpy.executors import SingleThreadedExecutor
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Empty, Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from vla_runtime.core import topics
+from vla_runtime.core.robot import load_robot
+
+pytestmark = pytest.mark.integration
+
+ROBOT = load_robot("fr3")
+ARM = list(ROBOT.joints)
+HOME = np.array(ROBOT.home)
+NAMES = [*ARM, ROBOT.gripper_joints[0]]
+PERIOD = 0.004  # the node's default 250 Hz
+WAIT_S = 60.0
+V, A = np.array(ROBOT.velocity), np.array(ROBOT.acceleration)
+LOWER = np.array(ROBOT.position_min) + ROBOT.position_margin
+UPPER = np.array(ROBOT.position_max) - ROBOT.position_margin
+
+
+def start_safety(tmp_path, *params: str):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log = open(tmp_path / "safety.log", "w")  # noqa: SIM115 - closed by stop_safety
+    args = [sys.executable, "-m", "vla_runtime.nodes.safety", "--ros-args"]
+    for param in params:
+        args += ["-p", param]
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()), log
+
+
+def stop_safety(proc, log) -> str:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
+    with open(log.name) as f:
+        return f.read()
+
+
+def stamp_of(seconds: float):
+    sec, nanosec = divmod(round(seconds * 1e9), 10**9)
+    return sec, nanosec
+
+
+class Probe:
+    """Plays driver state, streamer and policy; records what reaches the driver topics."""
+
+    def __init__(self, ctx):
+        import rclpy
+
+        self.node = rclpy.create_node("safety_probe", context=ctx)
+        self.executor = SingleThreadedExecutor(context=ctx)
+        self.executor.add_node(self.node)
+        self.outputs: list[tuple[float, np.ndarray]] = []
+        self.grippers: list[float] = []
+        self.events: list[dict] = []
+        self.checked: list[JointTrajectory] = []
+        sub = self.node.create_subscription
+        sub(
+            Float64MultiArray,
+            topics.forward_command("forward_position_controller"),
+            lambda m: self.outputs.append((time.monotonic(), np.array(m.data))),
+            1000,
+        )
+        sub(
+            Float64MultiArray,
+            topics.forward_command("fr3_gripper"),
+            lambda m: self.grippers.append(m.data[0]),
+            100,
+        )
+        sub(String, topics.SAFETY_EVENTS, lambda m: self.events.append(json.loads(m.data)), 1000)
+        sub(JointTrajectory, topics.CHECKED_CHUNK, self.checked.append, 100)
+        pub = self.node.create_publisher
+        self.state_pub = pub(JointState, topics.JOINT_STATES, 10)
+        self.command_pub = pub(JointState, topics.COMMAND, 10)
+        self.chunk_pub = pub(JointTrajectory, topics.ACTION_CHUNK, 10)
+        self.estop_pub = pub(Bool, topics.ESTOP, 10)
+        self.reset_pub = pub(Empty, "/vla/estop/reset", 10)
+        self.arm = HOME.copy()  # what the "driver" reports
+
+    def now(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def publish_state(self):
+        msg = JointState(name=NAMES, position=[*self.arm.tolist(), 0.04])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = stamp_of(self.now())
+        self.state_pub.publish(msg)
+
+    def command(self, q, finger=0.04):
+        msg = JointState(name=NAMES, position=[*map(float, q), finger])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = stamp_of(self.now())
+        self.command_pub.publish(msg)
+
+    def run(self, seconds: float, command=None, state: bool = True):
+        """Spin for `seconds`, publishing state every 10 ms and `command(t)` every 4 ms."""
+        start = time.monotonic()
+        next_state = next_command = start
+        while (t := time.monotonic()) - start < seconds:
+            if state and t >= next_state:
+                self.publish_state()
+                next_state += 0.01
+            if command is not None and t >= next_command:
+                q = command(t - start)
+                if q is not None:
+                    self.command(q)
+                next_command += PERIOD
+            self.executor.spin_once(timeout_sec=0.001)
+
+    def spin_until(self, condition, what: str, timeout: float = WAIT_S):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            self.publish_state()
+            self.executor.spin_once(timeout_sec=0.01)
+
+    def kinds(self) -> list[str]:
+        return [e["event"] for e in self.events]
+
+    def close(self):
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def assert_output_within_limits(outputs):
+    q = np.array([o for _, o in outputs])
+    assert (q >= LOWER - 1e-9).all() and (q <= UPPER + 1e-9).all()
+    v = np.diff(q, axis=0) / PERIOD
+    assert (np.abs(v) <= V * (1 + 1e-6)).all(), np.abs(v).max(axis=0)
+    a = np.diff(v, axis=0) / PERIOD
+    assert (np.abs(a) <= A * (1 + 1e-6)).all(), np.abs(a).max(axis=0)
+
+
+@pytest.fixture
+def probe(rclpy_context, tmp_path):
+    proc, log = start_safety(tmp_path)
+    p = Probe(rclpy_context)
+    try:
+        p.spin_until(lambda: p.command_pub.get_subscription_count() > 0, "safety to subscribe")
+        p.spin_until(lambda: p.chunk_pub.get_subscription_count() > 0, "chunk subscription")
+        yield p
+    finally:
+        p.close()
+        output = stop_safety(proc, log)
+        print(output)
+
+
+def test_gate_over_dds_startup_limits_watchdog_and_estop(probe):
+    # Commands before any joint state never reach the driver.
+    probe.run(0.3, command=lambda t: HOME, state=False)
+    assert probe.outputs == []
+    assert "arm_rejected" in probe.kinds()
+
+    # A command far from the state is refused; one that agrees arms the gate.
+    probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state subscription")
+    probe.run(0.2, command=lambda t: HOME + 0.3)
+    assert probe.outputs == []
+
+    # A smooth sine on joint 1 (0.2 rad, 0.5 Hz), then a 0.5 rad step on joint 4, then silence.
+    def stream(t):
+        q = HOME.copy()
+        q[0] += 0.2 * math.sin(math.pi * t)
+        if t > 1.5:
+            q[3] += 0.5
+        return q if t < 2.0 else None
+
+    probe.run(3.0, command=stream)
+    assert "armed" in probe.kinds() and len(probe.outputs) > 200
+    assert_output_within_limits(probe.outputs)
+    timeout = next(e for e in probe.events if e["event"] == "command_timeout")
+    stopped = next(e for e in probe.events if e["event"] == "stopped")
+    assert timeout["silent_s"] >= 0.1
+    print(f"watchdog: stop {stopped['stop_ms']:.1f} ms after the last command, "
+          f"deceleration {stopped['decel_ms']:.1f} ms")  # fmt: skip
+    # Holding: the last outputs repeat the same position.
+    tail = np.array([o for _, o in probe.outputs[-20:]])
+    assert np.abs(np.diff(tail, axis=0)).max() == 0.0
+
+    # E-stop latches: commands agreeing with the output are refused until an explicit reset.
+    held = probe.outputs[-1][1]
+    probe.estop_pub.publish(Bool(data=True))
+    probe.run(0.3)
+    probe.estop_pub.publish(Bool(data=False))  # releasing the button does not clear the latch
+    n = len(probe.outputs)
+    probe.run(0.3, command=lambda t: held + [0.01 * t, 0, 0, 0, 0, 0, 0])
+    moved = np.array([o for _, o in probe.outputs[n:]])
+    assert np.abs(moved - held).max() == 0.0
+    assert "estop" in probe.kinds()
+    rejected = [e for e in probe.events if e["event"] == "command_rejected"]
+    assert rejected and rejected[-1]["reason"] == "e-stop latched"
+    probe.reset_pub.publish(Empty())
+    probe.run(0.5, command=lambda t: held + [0.05 * t, 0, 0, 0, 0, 0, 0])
+    assert "estop_reset" in probe.kinds()
+    assert probe.outputs[-1][1][0] > held[0] + 0.01
+    assert_output_within_limits(probe.outputs)
+
+
+def chunk_msg(stamp: float, rows, dt=0.1, names=NAMES, start=0.0) -> JointTrajectory:
+    msg = JointTrajectory(joint_names=list(names))
+    msg.header.stamp.sec, msg.header.stamp.nanosec = stamp_of(stamp)
+    for k, row in enumerate(rows):
+        sec, nanosec = stamp_of(start + dt * k)
+        msg.points.append(JointTrajectoryPoint(
+            positions=[float(v) for v in row], time_from_start=Duration(sec=sec, nanosec=nanosec)
+        ))  # fmt: skip
+    return msg
+
+
+def test_every_chunk_gets_one_verdict_and_only_executable_ones_pass(probe):
+    probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state subscription")
+    probe.run(0.3)
+    still = [[*HOME, 0.04]] * 10
+    fast = [[*(HOME + [0, 0, 0, 0, 0, 0, 0.6 * k]), 0.04] for k in range(4)]
+    nan = [[math.nan] * 8] + still[1:]
+    # Built when sent: their stamps are "now" at publication.
+    sent = [
+        ("accept", lambda: chunk_msg(probe.now(), still)),
+        ("clip", lambda: chunk_msg(probe.now(), fast, start=0.1)),
+        ("veto", lambda: chunk_msg(probe.now(), nan)),
+        ("stale", lambda: chunk_msg(probe.now() - 5.0, still)),
+        ("veto", lambda: chunk_msg(probe.now(), still, names=NAMES[:6])),
+    ]
+    for _, make in sent:
+        probe.chunk_pub.publish(make())
+        probe.run(0.3)  # one at a time, so none is superseded
+    probe.spin_until(lambda: len([e for e in probe.events if e["event"] == "chunk"]) >= 5,
+                     "five chunk verdicts")  # fmt: skip
+    verdicts = [e for e in probe.events if e["event"] == "chunk"]
+    assert [e["verdict"] for e in verdicts] == [v for v, _ in sent], [
+        (e["verdict"], e["reasons"]) for e in verdicts
+    ]
+    assert [e["chunk"] for e in verdicts] == [1, 2, 3, 4, 5]
+    assert verdicts[1]["time_scale"] == pytest.approx(6.0 / 5.26)
+    assert len(probe.checked) == 2
+    clipped = probe.checked[1]
+    last = clipped.points[-1].time_from_start
+    assert last.sec + last.nanosec * 1e-9 == pytest.approx(0.1 + 0.3 * 6.0 / 5.26, abs=1e-6)
+    assert probe.outputs == []  # chunks never command the arm directly

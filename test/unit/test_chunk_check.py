@@ -1,0 +1,216 @@
+"""Chunk check verdicts with exact numbers (FR3 limits, default workcell)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vla_runtime.core.kinematics import FRANKA
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.chunk_check import (
+    ACCEPT,
+    CLIP,
+    STALE,
+    VETO,
+    Chunk,
+    ChunkCheckConfig,
+    ChunkChecker,
+)
+from vla_runtime.core.safety.workspace import Box, Workcell
+
+ROBOT = load_robot("fr3")
+ARM = ROBOT.joints
+HOME = np.array(ROBOT.home)
+STAMP, NOW, STATE_STAMP = 10.0, 10.05, 10.04
+DT = 0.1
+
+
+def checker(**config) -> ChunkChecker:
+    return ChunkChecker(ROBOT, FRANKA, ChunkCheckConfig(**config))
+
+
+def chunk(arm: np.ndarray, gripper=None, stamp=STAMP, dt=DT, names=ARM) -> Chunk:
+    rows = np.asarray(arm, dtype=float)
+    if gripper is not None:
+        rows = np.column_stack([rows, gripper])
+        names = (*names, ROBOT.gripper_joints[0])
+    times = tuple(dt * k for k in range(len(rows)))
+    return Chunk(tuple(names), stamp, times, tuple(map(tuple, rows)))
+
+
+def ramp(joint: int, velocity: float, n: int = 10, start=HOME) -> np.ndarray:
+    arm = np.tile(start, (n, 1))
+    arm[:, joint] += velocity * DT * np.arange(n)
+    return arm
+
+
+def check(c: Chunk, state=HOME, now=NOW, state_stamp=STATE_STAMP, **config):
+    return checker(**config).check(c, now, state, state_stamp)
+
+
+def test_still_chunk_is_accepted_unchanged():
+    c = chunk(np.tile(HOME, (10, 1)), gripper=np.full(10, 0.04))
+    v = check(c)
+    assert v.decision == ACCEPT and v.reasons == ()
+    assert v.numbers["velocity_ratio"] == 0.0 and v.numbers["start_jump_rad"] == 0.0
+    assert v.numbers["observation_age_s"] == pytest.approx(0.05)
+    np.testing.assert_array_equal(v.times, c.times)
+    np.testing.assert_array_equal(v.positions, np.asarray(c.positions))
+
+
+def test_joint_order_may_differ_from_the_robot():
+    arm = ramp(6, 1.0)
+    names = tuple(reversed(ARM))
+    v = check(chunk(arm[:, ::-1], names=names))
+    assert v.decision == ACCEPT
+    assert v.numbers["velocity_ratio"] == pytest.approx(1.0 / 5.26)
+
+
+def test_too_fast_joint_is_slowed_by_the_velocity_ratio():
+    # Joint 7 spins about the flange axis, so the TCP stays put: only the joint limit binds.
+    v = check(chunk(ramp(6, 6.0, n=4), stamp=NOW))
+    assert v.decision == CLIP
+    scale = 6.0 / 5.26
+    assert v.numbers["time_scale"] == pytest.approx(scale)
+    np.testing.assert_allclose(v.times, DT * scale * np.arange(4))
+    velocity = np.diff(v.positions[:, 6]) / np.diff(v.times)
+    assert np.abs(velocity).max() == pytest.approx(5.26)
+
+
+def test_far_too_fast_joint_is_vetoed():
+    v = check(chunk(ramp(6, 6.0 * 3.0, n=2), stamp=NOW))
+    assert v.decision == VETO and v.positions is None
+    assert v.numbers["time_scale"] == pytest.approx(18.0 / 5.26)
+    assert "velocity_ratio" in v.reasons[0]
+
+
+def test_acceleration_scales_with_the_square_root():
+    # q = a t^2 / 2 with a = 20 rad/s^2: finite differences are exact for a parabola.
+    t = DT * np.arange(4)
+    arm = np.tile(HOME, (4, 1))
+    arm[:, 6] += 0.5 * 20.0 * t**2
+    v = check(chunk(arm))
+    assert v.numbers["acceleration_ratio"] == pytest.approx(2.0)
+    assert v.numbers["jerk_ratio"] == pytest.approx(0.0, abs=1e-9)
+    assert v.decision == CLIP and v.numbers["time_scale"] == pytest.approx(math.sqrt(2.0))
+
+
+def test_jerk_scales_with_the_cube_root():
+    # q = j t^3 / 6 with j = 40000 rad/s^3 over 10 ms steps: jerk ratio 8, velocity below 1.
+    dt = 0.01
+    t = dt * np.arange(5)
+    arm = np.tile(HOME, (5, 1))
+    arm[:, 6] += 40000.0 * t**3 / 6.0
+    v = check(chunk(arm, dt=dt, stamp=NOW))
+    assert v.numbers["jerk_ratio"] == pytest.approx(8.0)
+    # acceleration at the last interior point: 40000 * 0.03 = 1200 -> ratio 120 -> veto.
+    assert v.decision == VETO and v.numbers["acceleration_ratio"] == pytest.approx(120.0)
+
+
+def test_tcp_speed_above_collaborative_limit_is_slowed_to_it():
+    # Joint 1 at 1 rad/s swings the TCP (0.30689 m from the axis) at ~0.307 m/s > 0.25 m/s.
+    v = check(chunk(ramp(0, 1.0)))
+    chord_speed = 2 * 0.306891 * math.sin(0.05) / DT
+    assert v.numbers["tcp_speed_mps"] == pytest.approx(chord_speed, rel=1e-5)
+    assert v.decision == CLIP
+    assert v.numbers["time_scale"] == pytest.approx(chord_speed / 0.25, rel=1e-5)
+    tcp = FRANKA.tcp_position(v.positions)
+    speed = np.linalg.norm(np.diff(tcp, axis=0), axis=1) / np.diff(v.times)
+    assert speed.max() == pytest.approx(0.25)
+
+
+def test_joint_limit_truncates_before_the_first_offending_point():
+    # Joint 7 from 2.6 at 0.5 rad/s passes 3.0159 - 0.1 margin at point 7 (2.95).
+    start = HOME.copy()
+    start[6] = 2.6
+    v = check(chunk(ramp(6, 0.5, start=start)), state=start)
+    assert v.decision == CLIP and len(v.times) == 7
+    assert v.numbers["first_violation_index"] == 7
+    assert "joint limit fr3_joint7" in v.reasons[0]
+
+
+def test_keep_out_box_truncates_where_the_tcp_enters():
+    # Joint 1 at 0.2 rad/s: the TCP (radius 0.30689 m, z 0.487) reaches y = 0.1 at
+    # asin(0.1 / 0.30689) = 0.3319 rad, i.e. at point 17 (0.34 rad).
+    box = Box((0.2, 0.1, 0.45), (0.4, 0.2, 0.52), "bin")
+    v = check(chunk(ramp(0, 0.2, n=30)), workcell=Workcell(keep_out=(box,)))
+    assert v.decision == CLIP and len(v.times) == 17
+    assert "keep-out box bin" in v.reasons[0]
+
+
+def test_violation_at_the_start_is_a_veto():
+    box = Box((0.25, -0.05, 0.45), (0.35, 0.05, 0.52), "around home")
+    v = check(chunk(np.tile(HOME, (10, 1))), workcell=Workcell(keep_out=(box,)))
+    assert v.decision == VETO and v.numbers["first_violation_index"] == 0
+
+
+def test_workcell_geometry_table_workspace_and_self_clearance():
+    cell = Workcell()
+    arm = np.array([[[0.5, 0.0, 0.3], [0.5, 0.0, 0.004]]])  # one point 4 mm above the table
+    hand = np.array([[[0.5, 0.0, 0.3], [1.0, 0.0, 0.3]], [[0.05, 0.05, 0.2], [0.5, 0, 0.3]]])
+    found = {name: (mask.tolist(), worst) for name, mask, worst in cell.violations(arm, hand)}
+    assert found["table clearance"] == ([True], pytest.approx(0.001))
+    assert found["workspace plane x <= 0.95"] == ([True, False], pytest.approx(0.05))
+    mask, radius = found["self clearance (hand over the base)"]
+    assert mask == [False, True] and radius == pytest.approx(math.hypot(0.05, 0.05))
+
+
+def test_gripper_out_of_range_is_clamped():
+    v = check(chunk(np.tile(HOME, (10, 1)), gripper=np.linspace(0.03, 0.05, 10)))
+    assert v.decision == CLIP and v.positions[:, 7].max() == 0.04
+    assert v.numbers["gripper_clamp_m"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda c: Chunk(c.joint_names, c.stamp, c.times, ((math.nan,) * 7,) + c.positions[1:]),
+         "non-finite"),
+        (lambda c: Chunk(c.joint_names, c.stamp, c.times, (c.positions[0][:6],) + c.positions[1:]),
+         "malformed"),
+        (lambda c: Chunk(c.joint_names[:6], c.stamp, c.times, c.positions), "missing"),
+        (lambda c: Chunk(c.joint_names[:6] + ("j_x",), c.stamp, c.times, c.positions), "unknown"),
+        (lambda c: Chunk(c.joint_names, c.stamp, (0.0, 0.0) + c.times[2:], c.positions),
+         "strictly increasing"),
+        (lambda c: Chunk(c.joint_names, c.stamp, c.times[:5], c.positions), "shape"),
+        (lambda c: Chunk(c.joint_names, c.stamp + 1.0, c.times, c.positions), "future"),
+        (lambda c: Chunk(c.joint_names, math.inf, c.times, c.positions), "non-finite"),
+    ],
+)  # fmt: skip
+def test_malformed_chunks_are_vetoed(mutate, reason):
+    v = check(mutate(chunk(np.tile(HOME, (10, 1)))))
+    assert v.decision == VETO and reason in v.reasons[0]
+
+
+def test_old_observation_and_fully_past_chunks_are_stale():
+    still = np.tile(HOME, (10, 1))
+    assert check(chunk(still), now=STAMP + 1.01).decision == STALE
+    v = check(chunk(still), now=STAMP + 0.95, state_stamp=STAMP + 0.94)
+    assert v.decision == STALE and "already past" in v.reasons[0]
+
+
+def test_start_continuity_allows_what_max_velocity_reaches():
+    # First live point is t = 0.1 (applies at 10.1), state measured at 10.04: joint 1 may be
+    # 0.05 + 2.62 * 0.06 = 0.2072 rad away.
+    state = HOME.copy()
+    state[0] -= 0.2
+    assert check(chunk(np.tile(HOME, (10, 1))), state=state).decision == ACCEPT
+    state[0] = HOME[0] - 0.21
+    v = check(chunk(np.tile(HOME, (10, 1))), state=state)
+    assert v.decision == VETO and "allowed 0.207" in v.reasons[0]
+    assert v.numbers["start_jump_rad"] == pytest.approx(0.21)
+
+
+def test_unknown_or_old_joint_state_is_a_veto():
+    c = chunk(np.tile(HOME, (10, 1)))
+    assert "unknown" in check(c, state=None, state_stamp=None).reasons[0]
+    v = check(c, state_stamp=NOW - 0.3)
+    assert v.decision == VETO and v.numbers["state_age_s"] == pytest.approx(0.3)
+
+
+def test_event_carries_verdict_reasons_and_numbers():
+    event = check(chunk(ramp(6, 6.0, n=4), stamp=NOW)).event()
+    assert event["verdict"] == CLIP and event["time_scale"] == pytest.approx(6.0 / 5.26)
+    assert event["reasons"][0].startswith("slowed down 1.141x: velocity_ratio")

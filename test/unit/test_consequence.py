@@ -1,0 +1,90 @@
+"""Consequence rollout in the sim workcell: harmless motions pass, hazards are named."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+from vla_runtime.core.kinematics import FRANKA, cartesian_path
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
+from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
+from vla_runtime.sim.scene import SceneConfig, build_scene
+
+ROBOT = load_robot("fr3")
+HOME = np.array(ROBOT.home)
+DT = 0.05
+CUBE = np.array([0.55, 0.0, 0.02])  # the red cube is put here for the tests
+
+
+@pytest.fixture(scope="module")
+def scene():
+    model, _ = build_scene(SceneConfig(n_cubes=2, cameras=()))
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    data.qpos[:7] = HOME
+    red = model.joint("cube_red").qposadr[0]
+    data.qpos[red : red + 7] = [*CUBE, 1.0, 0.0, 0.0, 0.0]
+    green = model.joint("cube_green").qposadr[0]
+    data.qpos[green : green + 7] = [0.4, 0.35, 0.02, 1.0, 0.0, 0.0, 0.0]
+    return model, data.qpos.copy()
+
+
+def rollout(scene, waypoints, steps=10, gripper=None, **config):
+    model, qpos = scene
+    checker = ConsequenceChecker(model, ROBOT, ConsequenceConfig(**config))
+    path = cartesian_path(FRANKA, HOME, waypoints, steps)
+    times = DT * np.arange(1, len(path) + 1)
+    widths = None if gripper is None else np.full(len(path), gripper)
+    return checker.rollout(qpos, np.zeros(7), times, path, widths)
+
+
+def test_moving_above_the_cubes_is_safe(scene):
+    result = rollout(scene, [CUBE + [0.0, 0.0, 0.15], CUBE + [-0.1, 0.1, 0.2]])
+    assert result.safe, result.hazards
+    assert result.numbers["max_contact_n"] < 1.0  # the hand's own finger contacts only
+    assert result.numbers["max_object_shift_m"] < 1e-3
+
+
+def test_reaching_down_beside_a_cube_is_safe(scene):
+    beside = CUBE + [0.0, 0.12, 0.01]
+    result = rollout(scene, [beside + [0, 0, 0.1], beside])
+    assert result.safe, result.hazards
+
+
+def test_driving_into_the_table_is_a_hazard(scene):
+    spot = np.array([0.45, -0.2, 0.0])
+    result = rollout(scene, [spot + [0, 0, 0.1], spot - [0, 0, 0.04]])
+    assert any("presses the table" in h for h in result.hazards)
+    assert result.numbers["max_table_contact_n"] > 10.0
+
+
+def test_sweeping_through_a_cube_pushes_it_and_can_push_it_off(scene):
+    start = CUBE + [-0.12, 0.0, 0.01]
+    path = [start + [0, 0, 0.1], start, CUBE + [0.1, 0.0, 0.01]]
+    # The cube is shoved along, but stays on the table: a push, not a hazard by itself.
+    result = rollout(scene, path, gripper=0.0)
+    assert result.numbers["max_object_shift_m"] > 0.05
+    assert not any("off the table" in h for h in result.hazards)
+    # With the usable table ending just past the cube, the same push drops it off.
+    edge = Box((-0.25, -0.8, -0.05), (CUBE[0] + 0.05, 0.8, 2.0), "short table")
+    result = rollout(scene, path, gripper=0.0, object_region=edge)
+    assert any("cube_red pushed off the table" in h for h in result.hazards)
+
+
+def test_pushing_a_cube_into_a_keep_out_box_is_a_hazard(scene):
+    start = CUBE + [-0.12, 0.0, 0.01]
+    bin_box = Box((CUBE[0] + 0.04, -0.1, -0.01), (CUBE[0] + 0.3, 0.1, 0.1), "bin")
+    result = rollout(
+        scene, [start + [0, 0, 0.1], start, CUBE + [0.1, 0.0, 0.01]], gripper=0.0,
+        workcell=Workcell(keep_out=(bin_box,)),
+    )  # fmt: skip
+    assert any("cube_red pushed into keep-out box bin" in h for h in result.hazards)
+
+
+def test_leaving_the_workspace_is_a_hazard(scene):
+    assert rollout(scene, [[0.3, 0.0, 0.7]]).safe  # the default ceiling is 1.2 m
+    low_ceiling = box_planes((-0.25, -0.8, -0.05), (0.95, 0.8, 0.6))
+    result = rollout(scene, [[0.3, 0.0, 0.7]], workcell=Workcell(workspace=low_ceiling))
+    assert any("TCP leaves the workspace (z <= 0.6)" in h for h in result.hazards)

@@ -1,0 +1,114 @@
+"""Forward kinematics against the MuJoCo FR3 model (franky-sim MJCF) and hand-derived UR5e poses."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import pytest
+
+from vla_runtime.core.kinematics import FRANKA, UR5E, chain_for, tcp_speeds
+from vla_runtime.core.robot import load_robot
+from vla_runtime.sim.scene import franky_fr3_assets
+
+TCP_BEYOND_HAND = 0.1034
+
+
+@pytest.fixture(scope="module")
+def fr3_model():
+    spec = mujoco.MjSpec.from_file(str(franky_fr3_assets() / "fr3.xml"))
+    spec.meshdir = str(franky_fr3_assets() / "meshes")
+    model = spec.compile()
+    return model, mujoco.MjData(model)
+
+
+def random_configurations(robot: str, n: int, seed: int) -> np.ndarray:
+    limits = load_robot(robot)
+    rng = np.random.default_rng(seed)
+    return rng.uniform(limits.position_min, limits.position_max, size=(n, limits.dof))
+
+
+def test_fr3_flange_and_tcp_match_mujoco_within_1mm(fr3_model):
+    model, data = fr3_model
+    hand = model.body("hand").id
+    qs = random_configurations("fr3", 200, seed=1)
+    flange = FRANKA.flange_position(qs)
+    tcp = FRANKA.tcp_position(qs)
+    poses = FRANKA.tcp_pose(qs)
+    for q, f, t, pose in zip(qs, flange, tcp, poses, strict=True):
+        data.qpos[:7] = q
+        mujoco.mj_kinematics(model, data)
+        hand_pos = data.xpos[hand]
+        hand_rot = data.xmat[hand].reshape(3, 3)
+        assert np.linalg.norm(f - hand_pos) < 1e-3
+        assert np.linalg.norm(t - (hand_pos + TCP_BEYOND_HAND * hand_rot[:, 2])) < 1e-3
+        # The hand frame (rotated -45 deg about the flange) is the TCP orientation.
+        assert np.abs(pose[:3, :3] - hand_rot).max() < 1e-6
+
+
+def test_fr3_joint_origins_match_mujoco_link_bodies(fr3_model):
+    model, data = fr3_model
+    q = random_configurations("fr3", 1, seed=2)[0]
+    data.qpos[:7] = q
+    mujoco.mj_kinematics(model, data)
+    points = FRANKA.points(q)
+    # Modified DH puts frame i at body fr3_link<i>'s origin.
+    for i in range(7):
+        assert np.linalg.norm(points[i] - data.xpos[model.body(f"fr3_link{i + 1}").id]) < 1e-6
+
+
+def test_franka_home_tcp_is_the_known_ready_pose():
+    # Franka's "ready" pose puts the hand TCP 0.307 m ahead of the base at 0.487 m height.
+    tcp = FRANKA.tcp_position(load_robot("fr3").home)
+    np.testing.assert_allclose(tcp, [0.307, 0.0, 0.487], atol=5e-4)
+
+
+def test_ur5e_zero_pose_is_the_stretched_arm():
+    # q = 0: links 2 and 3 lie along -x, wrist offsets d4 and d6 go along -y, d5 down.
+    np.testing.assert_allclose(
+        UR5E.tcp_position(np.zeros(6)), [-0.425 - 0.3922, -0.1333 - 0.0996, 0.1625 - 0.0997],
+        atol=1e-12,
+    )  # fmt: skip
+
+
+def test_ur5e_upright_pose():
+    # Shoulder lift -pi/2 raises upper arm and forearm vertically; with wrist 1 at -pi/2 the
+    # planar joints sum to -pi, which flips the d5 offset from down (q = 0) to up.
+    q = np.array([0.0, -math.pi / 2, 0.0, -math.pi / 2, 0.0, 0.0])
+    expected = [0.0, -0.1333 - 0.0996, 0.1625 + 0.425 + 0.3922 + 0.0997]
+    np.testing.assert_allclose(UR5E.tcp_position(q), expected, atol=1e-12)
+
+
+def test_ur5e_base_rotation_rotates_the_tcp_about_z():
+    q = random_configurations("ur5e", 1, seed=3)[0]
+    p = UR5E.tcp_position(q)
+    turned = q.copy()
+    turned[0] += 0.7
+    c, s = math.cos(0.7), math.sin(0.7)
+    np.testing.assert_allclose(
+        UR5E.tcp_position(turned), [c * p[0] - s * p[1], s * p[0] + c * p[1], p[2]], atol=1e-12
+    )
+
+
+def test_batches_equal_single_evaluations():
+    qs = random_configurations("panda", 5, seed=4)
+    batch = FRANKA.tcp_position(qs)
+    for q, p in zip(qs, batch, strict=True):
+        np.testing.assert_allclose(FRANKA.tcp_position(q), p, atol=1e-15)
+
+
+def test_tcp_speed_is_distance_over_time():
+    home = np.array(load_robot("fr3").home)
+    qs = np.stack([home, home + [0.1, 0, 0, 0, 0, 0, 0]])
+    # Rotating joint 1 by 0.1 rad moves the TCP along a chord of radius 0.30689 m.
+    chord = 2 * 0.30689 * math.sin(0.05)
+    np.testing.assert_allclose(tcp_speeds(FRANKA, [0.0, 0.5], qs), [chord / 0.5], rtol=1e-4)
+
+
+def test_wrong_dof_and_unknown_robot_are_refused():
+    with pytest.raises(ValueError, match="expected 7"):
+        FRANKA.tcp_position(np.zeros(6))
+    with pytest.raises(ValueError, match="no kinematics"):
+        chain_for("kuka")
+    assert chain_for("panda") is FRANKA and chain_for("ur5e") is UR5E

@@ -1,0 +1,194 @@
+"""Forward kinematics of the supported arms from their published DH parameters (no ROS, numpy).
+
+Franka FR3 and Panda share Craig's modified DH table (Franka docs); the UR5e uses standard DH
+(Universal Robots). All functions take batches of configurations, shape (..., dof), because the
+safety checks evaluate whole chunks at once. Positions are in the robot base frame, metres.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+Array = np.ndarray
+
+
+def _rot_z(theta: Array) -> Array:
+    c, s = np.cos(theta), np.sin(theta)
+    out = np.zeros(theta.shape + (4, 4))
+    out[..., 0, 0], out[..., 0, 1] = c, -s
+    out[..., 1, 0], out[..., 1, 1] = s, c
+    out[..., 2, 2] = out[..., 3, 3] = 1.0
+    return out
+
+
+def _fixed(rot_x: float = 0.0, x: float = 0.0, rot_z: float = 0.0, z: float = 0.0) -> Array:
+    """RotX(rot_x) * TransX(x) * RotZ(rot_z) * TransZ(z) as one 4x4 matrix."""
+    ca, sa = math.cos(rot_x), math.sin(rot_x)
+    rx = np.array([[1, 0, 0, x], [0, ca, -sa, 0], [0, sa, ca, 0], [0, 0, 0, 1]], dtype=float)
+    cz, sz = math.cos(rot_z), math.sin(rot_z)
+    rz = np.array([[cz, -sz, 0, 0], [sz, cz, 0, 0], [0, 0, 1, z], [0, 0, 0, 1]], dtype=float)
+    return rx @ rz
+
+
+@dataclass(frozen=True)
+class DHChain:
+    """A serial arm: DH rows (a, d, alpha) per joint, then fixed flange and tool transforms.
+
+    modified=True (Craig): T_i = RotX(alpha_i) TransX(a_i) RotZ(q_i) TransZ(d_i).
+    modified=False (standard): T_i = RotZ(q_i) TransZ(d_i) TransX(a_i) RotX(alpha_i).
+    """
+
+    name: str
+    a: tuple[float, ...]
+    d: tuple[float, ...]
+    alpha: tuple[float, ...]
+    modified: bool
+    flange: Array  # 4x4, last joint frame -> flange
+    tool: Array  # 4x4, flange -> TCP
+
+    @property
+    def dof(self) -> int:
+        return len(self.a)
+
+    def _fixed_parts(self) -> tuple[list[Array], list[Array]]:
+        """The constant matrices before and after each joint rotation."""
+        if self.modified:
+            pre = [_fixed(al, a) for a, al in zip(self.a, self.alpha, strict=True)]
+            post = [_fixed(z=d) for d in self.d]
+        else:
+            pre = [np.eye(4)] * self.dof
+            post = [
+                _fixed(z=d) @ _fixed(x=a) @ _fixed(al)
+                for a, d, al in zip(self.a, self.d, self.alpha, strict=True)
+            ]
+        return pre, post
+
+    def joint_frames(self, q) -> Array:
+        """Transforms base -> frame of each joint, then flange, then TCP: (..., dof + 2, 4, 4)."""
+        q = np.asarray(q, dtype=float)
+        if q.shape[-1] != self.dof:
+            raise ValueError(f"{self.name}: expected {self.dof} joint values, got {q.shape[-1]}")
+        frames = np.empty(q.shape[:-1] + (self.dof + 2, 4, 4))
+        pose = np.broadcast_to(np.eye(4), q.shape[:-1] + (4, 4))
+        pre, post = self._fixed_parts()
+        for i in range(self.dof):
+            pose = pose @ pre[i] @ _rot_z(q[..., i]) @ post[i]
+            frames[..., i, :, :] = pose
+        pose = pose @ self.flange
+        frames[..., self.dof, :, :] = pose
+        frames[..., self.dof + 1, :, :] = pose @ self.tool
+        return frames
+
+    def tcp_pose(self, q) -> Array:
+        return self.joint_frames(q)[..., -1, :, :]
+
+    def tcp_position(self, q) -> Array:
+        """TCP position (..., 3)."""
+        return self.joint_frames(q)[..., -1, :3, 3]
+
+    def flange_position(self, q) -> Array:
+        return self.joint_frames(q)[..., -2, :3, 3]
+
+    def points(self, q) -> Array:
+        """Origins of every joint frame, the flange and the TCP (..., dof + 2, 3): the points the
+        workspace and clearance checks look at."""
+        return self.joint_frames(q)[..., :3, 3]
+
+
+def tcp_speeds(chain: DHChain, times, q) -> Array:
+    """Finite-difference TCP speed (m/s) between consecutive configurations, shape (n - 1,)."""
+    p = chain.tcp_position(q)
+    dt = np.diff(np.asarray(times, dtype=float))
+    return np.linalg.norm(np.diff(p, axis=0), axis=1) / dt
+
+
+_HALF_PI = math.pi / 2
+# Franka docs (Craig's modified DH); the hand's TCP is 0.1034 m beyond the flange, the hand
+# rotated -45 degrees about the flange z axis.
+FRANKA = DHChain(
+    name="franka",
+    a=(0.0, 0.0, 0.0, 0.0825, -0.0825, 0.0, 0.088),
+    d=(0.333, 0.0, 0.316, 0.0, 0.384, 0.0, 0.0),
+    alpha=(0.0, -_HALF_PI, _HALF_PI, _HALF_PI, -_HALF_PI, _HALF_PI, _HALF_PI),
+    modified=True,
+    flange=_fixed(z=0.107),
+    tool=_fixed(rot_z=-math.pi / 4, z=0.1034),
+)
+# Universal Robots' published UR5e DH parameters (standard convention); TCP = flange (no tool).
+UR5E = DHChain(
+    name="ur5e",
+    a=(0.0, -0.425, -0.3922, 0.0, 0.0, 0.0),
+    d=(0.1625, 0.0, 0.0, 0.1333, 0.0997, 0.0996),
+    alpha=(_HALF_PI, 0.0, 0.0, _HALF_PI, -_HALF_PI, 0.0),
+    modified=False,
+    flange=np.eye(4),
+    tool=np.eye(4),
+)
+CHAINS = {"fr3": FRANKA, "panda": FRANKA, "ur5e": UR5E}
+
+
+def chain_for(robot: str) -> DHChain:
+    try:
+        return CHAINS[robot]
+    except KeyError:
+        raise ValueError(f"no kinematics for robot {robot!r}; known: {sorted(CHAINS)}") from None
+
+
+def _rotation_error(current: Array, target: Array) -> Array:
+    """Rotation vector taking `current` to `target` (small-angle form of the axis-angle)."""
+    r = target @ current.T
+    return 0.5 * np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
+
+
+def solve_ik(
+    chain: DHChain,
+    seed,
+    position,
+    rotation=None,
+    iterations: int = 100,
+    damping: float = 1e-3,
+    tolerance: float = 1e-5,
+) -> tuple[Array, float]:
+    """TCP pose inverse kinematics by damped least squares with a finite-difference Jacobian.
+
+    Returns the configuration and its remaining position error (m). `rotation` (3x3) is the
+    wanted TCP orientation; None keeps the seed's. Joint limits are not enforced: callers check
+    the result like any other command."""
+    q = np.array(seed, dtype=float)
+    target_p = np.asarray(position, dtype=float)
+    target_r = chain.tcp_pose(q)[:3, :3] if rotation is None else np.asarray(rotation, float)
+    eps = 1e-6
+    for _ in range(iterations):
+        probes = np.vstack([q, q + eps * np.eye(chain.dof)])
+        poses = chain.tcp_pose(probes)
+        error = np.concatenate(
+            [target_p - poses[0, :3, 3], _rotation_error(poses[0, :3, :3], target_r)]
+        )
+        if np.linalg.norm(error[:3]) < tolerance and np.linalg.norm(error[3:]) < 10 * tolerance:
+            break
+        jac = np.empty((6, chain.dof))
+        for i in range(chain.dof):
+            moved = poses[i + 1]
+            jac[:3, i] = (moved[:3, 3] - poses[0, :3, 3]) / eps
+            jac[3:, i] = _rotation_error(poses[0, :3, :3], moved[:3, :3]) / eps
+        step = jac.T @ np.linalg.solve(jac @ jac.T + damping * np.eye(6), error)
+        q = q + step
+    return q, float(np.linalg.norm(target_p - chain.tcp_position(q)))
+
+
+def cartesian_path(chain: DHChain, seed, waypoints, steps_per_segment: int) -> Array:
+    """Joint configurations moving the TCP along straight lines through `waypoints` (m), keeping
+    the seed's TCP orientation: (len(waypoints) * steps_per_segment, dof), excluding the start."""
+    q = np.array(seed, dtype=float)
+    rotation = chain.tcp_pose(q)[:3, :3]
+    current = chain.tcp_position(q)
+    out = []
+    for waypoint in np.atleast_2d(np.asarray(waypoints, dtype=float)):
+        for s in np.linspace(0.0, 1.0, steps_per_segment + 1)[1:]:
+            q, _ = solve_ik(chain, q, current + s * (waypoint - current), rotation)
+            out.append(q)
+        current = waypoint
+    return np.array(out)

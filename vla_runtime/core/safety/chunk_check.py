@@ -1,0 +1,252 @@
+"""Check an action chunk before it may execute: accept, clip or veto it (or call it stale).
+
+The chunk follows the project convention (core/topics.py): `stamp` is the observation time,
+`times[k]` when action k applies relative to it, `positions[k]` one value per joint name (the
+arm joints plus, optionally, the gripper's finger joint in metres of one finger's opening).
+
+Clipping never invents motion: it slows the chunk down (scales its time axis after the first
+point, which divides velocity by s, acceleration by s^2 and jerk by s^3), truncates it before
+the first point that leaves the allowed space, or clamps the gripper into its range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from vla_runtime.core.kinematics import DHChain
+from vla_runtime.core.robot import RobotConfig
+from vla_runtime.core.safety.workspace import Workcell
+
+ACCEPT, CLIP, VETO, STALE = "accept", "clip", "veto", "stale"
+
+
+@dataclass(frozen=True)
+class ChunkCheckConfig:
+    max_observation_age: float = 1.0  # s between the observation and the check
+    max_future: float = 0.05  # s a stamp may lie ahead of now (clock skew) before it is vetoed
+    max_state_age: float = 0.2  # s: an older joint state means the arm's position is unknown
+    continuity_tolerance: float = 0.05  # rad on top of what max velocity allows until the start
+    max_time_scale: float = 3.0  # slowing down more than this is a veto, not a clip
+    min_points: int = 2  # a truncated chunk must keep at least this many points
+    max_points: int = 1000
+    tcp_speed: float | None = None  # m/s; None: the robot's `tcp_speed`
+    workcell: Workcell = field(default_factory=Workcell)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    joint_names: tuple[str, ...]
+    stamp: float
+    times: tuple[float, ...]
+    positions: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str  # ACCEPT, CLIP, VETO or STALE
+    reasons: tuple[str, ...] = ()
+    numbers: dict = field(default_factory=dict)
+    times: np.ndarray | None = None  # the chunk to execute (accept/clip), else None
+    positions: np.ndarray | None = None
+
+    @property
+    def executable(self) -> bool:
+        return self.decision in (ACCEPT, CLIP)
+
+    def vetoed(self, reason: str, **numbers) -> Verdict:
+        return replace(
+            self,
+            decision=VETO,
+            reasons=(*self.reasons, reason),
+            numbers={**self.numbers, **numbers},
+            times=None,
+            positions=None,
+        )
+
+    def event(self) -> dict:
+        return {"verdict": self.decision, "reasons": list(self.reasons), **self.numbers}
+
+
+def _worst(ratios: dict) -> str:
+    return max((k for k in ratios if k.endswith("_ratio")), key=ratios.get)
+
+
+def _reject(decision: str, reason: str, **numbers) -> Verdict:
+    return Verdict(decision, (reason,), numbers)
+
+
+class ChunkChecker:
+    def __init__(self, robot: RobotConfig, chain: DHChain, config: ChunkCheckConfig):
+        if chain.dof != robot.dof:
+            raise ValueError(f"kinematics {chain.name} has {chain.dof} joints, robot {robot.dof}")
+        self.robot = robot
+        self.chain = chain
+        self.config = config
+        margin = robot.position_margin
+        self.lower = np.asarray(robot.position_min) + margin
+        self.upper = np.asarray(robot.position_max) - margin
+        self.velocity = np.asarray(robot.velocity)
+        self.acceleration = np.asarray(robot.acceleration)
+        self.jerk = np.asarray(robot.jerk)
+        self.tcp_speed = config.tcp_speed if config.tcp_speed is not None else robot.tcp_speed
+        self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else None
+
+    def check(
+        self,
+        chunk: Chunk,
+        now: float,
+        state_positions,
+        state_stamp: float | None,
+    ) -> Verdict:
+        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`."""
+        cfg = self.config
+        layout = self._layout(chunk)
+        if isinstance(layout, Verdict):
+            return layout
+        arm_cols, gripper_col = layout
+        try:
+            times = np.asarray(chunk.times, dtype=float)
+            positions = np.asarray(chunk.positions, dtype=float)
+        except (TypeError, ValueError) as exc:
+            return _reject(VETO, f"malformed chunk: {exc}")
+        n = len(times)
+        if n == 0 or positions.ndim != 2 or positions.shape != (n, len(chunk.joint_names)):
+            return _reject(VETO, f"shape {positions.shape} for {n} points x "
+                           f"{len(chunk.joint_names)} joints")  # fmt: skip
+        if n > cfg.max_points:
+            return _reject(VETO, f"{n} points > {cfg.max_points}", points=n)
+        if not (np.isfinite(times).all() and np.isfinite(positions).all()):
+            return _reject(VETO, "non-finite values")
+        if not math.isfinite(chunk.stamp):
+            return _reject(VETO, "non-finite stamp")
+        if times[0] < 0.0 or (np.diff(times) <= 0.0).any():
+            return _reject(VETO, "time_from_start must be >= 0 and strictly increasing")
+
+        # Freshness: how old the observation is, and whether anything is still in the future.
+        age = now - chunk.stamp
+        if age < -cfg.max_future:
+            return _reject(VETO, "stamp lies in the future", observation_age_s=age)
+        if age > cfg.max_observation_age:
+            return _reject(STALE, "observation too old", observation_age_s=age)
+        live = np.nonzero(chunk.stamp + times >= now)[0]
+        if len(live) == 0:
+            return _reject(STALE, "every action is already past", observation_age_s=age)
+        numbers = {"observation_age_s": age, "points": n}
+
+        # Continuity with the measured state: the first action still to come must be reachable
+        # at maximum velocity from where the arm was measured.
+        if state_stamp is None or state_positions is None:
+            return _reject(VETO, "joint state unknown", **numbers)
+        state_age = now - state_stamp
+        numbers["state_age_s"] = state_age
+        if state_age > cfg.max_state_age:
+            return _reject(VETO, "joint state too old", **numbers)
+        arm = positions[:, arm_cols]
+        first = live[0]
+        reach_time = max(0.0, chunk.stamp + times[first] - state_stamp)
+        jump = np.abs(arm[first] - np.asarray(state_positions, dtype=float))
+        allowed = cfg.continuity_tolerance + self.velocity * reach_time
+        numbers["start_jump_rad"] = float(jump.max())
+        if (jump > allowed).any():
+            j = int(np.argmax(jump - allowed))
+            return _reject(
+                VETO,
+                f"discontinuous start: {self.robot.joints[j]} {jump[j]:.3f} rad from the "
+                f"measured state, allowed {allowed[j]:.3f}",
+                **numbers,
+            )
+
+        reasons: list[str] = []
+        # Space: joint limits (with margin) and Cartesian geometry; truncate before the first
+        # offending point.
+        bad = (arm < self.lower) | (arm > self.upper)
+        first_bad = {}
+        if bad.any():
+            rows = np.nonzero(bad.any(axis=1))[0]
+            j = int(np.nonzero(bad[rows[0]])[0][0])
+            first_bad[f"joint limit {self.robot.joints[j]}"] = int(rows[0])
+        frames = self.chain.points(arm)  # (n, dof + 2, 3)
+        arm_points = np.concatenate([frames, 0.5 * (frames[:, 1:] + frames[:, :-1])], axis=1)
+        for name, mask, worst in self.config.workcell.violations(arm_points, frames[:, -2:]):
+            first_bad[name] = int(np.nonzero(mask)[0][0])
+            numbers[f"{name} worst"] = worst
+        keep = n
+        if first_bad:
+            keep = min(first_bad.values())
+            culprit = min(first_bad, key=first_bad.get)
+            numbers["first_violation_index"] = keep
+            if keep < max(cfg.min_points, first + 1):
+                return Verdict(VETO, (f"{culprit} at point {keep}",), numbers)
+            reasons.append(f"truncated at point {keep}: {culprit}")
+            times, positions, arm = times[:keep], positions[:keep], arm[:keep]
+            frames = frames[:keep]
+
+        # Derivatives by finite differences, and TCP speed: slow the chunk down if needed.
+        scale, ratios = self._time_scale(times, arm, frames[:, -1])
+        numbers.update(ratios)
+        if scale > cfg.max_time_scale:
+            worst = _worst(ratios)
+            return Verdict(
+                VETO,
+                (*reasons, f"needs {scale:.2f}x slower (> {cfg.max_time_scale}): {worst}"),
+                {**numbers, "time_scale": scale},
+            )
+        if scale > 1.0:
+            times = times[0] + (times - times[0]) * scale
+            numbers["time_scale"] = scale
+            reasons.append(f"slowed down {scale:.3f}x: " + _worst(ratios))
+
+        if gripper_col is not None:
+            width = positions[:, gripper_col]
+            clamped = np.clip(width, 0.0, self.robot.gripper_max_width / 2)
+            if (clamped != width).any():
+                positions = positions.copy()
+                positions[:, gripper_col] = clamped
+                numbers["gripper_clamp_m"] = float(np.abs(clamped - width).max())
+                reasons.append("gripper clamped into its range")
+        decision = CLIP if reasons else ACCEPT
+        return Verdict(decision, tuple(reasons), numbers, times, positions)
+
+    def _layout(self, chunk: Chunk):
+        """Column of each arm joint (robot order) and of the gripper, or a veto."""
+        names = list(chunk.joint_names)
+        if len(set(names)) != len(names):
+            return _reject(VETO, f"duplicated joint names {names}")
+        missing = [j for j in self.robot.joints if j not in names]
+        allowed = set(self.robot.joints) | ({self.gripper_joint} if self.gripper_joint else set())
+        unknown = [j for j in names if j not in allowed]
+        if missing or unknown:
+            return _reject(VETO, f"joint names {names}: missing {missing}, unknown {unknown}")
+        gripper = names.index(self.gripper_joint) if self.gripper_joint in names else None
+        return [names.index(j) for j in self.robot.joints], gripper
+
+    def _time_scale(self, times, arm, tcp) -> tuple[float, dict]:
+        """The slow-down factor that brings every finite-difference derivative and the TCP speed
+        within limits, and each limit's worst ratio (1 = at the limit)."""
+        ratios = {}
+        if len(times) >= 2:
+            dt = np.diff(times)
+            velocity = np.diff(arm, axis=0) / dt[:, None]
+            ratios["velocity_ratio"] = float((np.abs(velocity) / self.velocity).max())
+            if self.tcp_speed:
+                speed = np.linalg.norm(np.diff(tcp, axis=0), axis=1) / dt
+                ratios["tcp_speed_ratio"] = float(speed.max() / self.tcp_speed)
+                ratios["tcp_speed_mps"] = float(speed.max())
+        if len(times) >= 3:
+            mid = 0.5 * (times[1:] + times[:-1])
+            acceleration = np.diff(velocity, axis=0) / np.diff(mid)[:, None]
+            ratios["acceleration_ratio"] = float((np.abs(acceleration) / self.acceleration).max())
+        if len(times) >= 4:
+            jerk = np.diff(acceleration, axis=0) / np.diff(times[1:-1])[:, None]
+            ratios["jerk_ratio"] = float((np.abs(jerk) / self.jerk).max())
+        scale = max(
+            1.0,
+            ratios.get("velocity_ratio", 0.0),
+            ratios.get("tcp_speed_ratio", 0.0),
+            math.sqrt(ratios.get("acceleration_ratio", 0.0)),
+            ratios.get("jerk_ratio", 0.0) ** (1.0 / 3.0),
+        )
+        return scale, ratios

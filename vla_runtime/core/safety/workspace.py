@@ -1,0 +1,95 @@
+"""Cartesian safety geometry in the robot base frame: workspace planes, keep-out boxes, the table.
+
+Points are arrays (..., 3) in metres. Every test returns a boolean mask over the leading axes so
+that callers find the first offending chunk point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Plane:
+    """Half-space n . p <= offset is inside (n need not be unit; offset in the same scale)."""
+
+    normal: tuple[float, float, float]
+    offset: float
+    name: str = ""
+
+    def outside(self, points: np.ndarray) -> np.ndarray:
+        return np.asarray(points) @ np.asarray(self.normal, dtype=float) > self.offset
+
+
+@dataclass(frozen=True)
+class Box:
+    """Axis-aligned box [lo, hi]."""
+
+    lo: tuple[float, float, float]
+    hi: tuple[float, float, float]
+    name: str = ""
+
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        p = np.asarray(points)
+        return np.all((p >= self.lo) & (p <= self.hi), axis=-1)
+
+
+def box_planes(lo, hi) -> tuple[Plane, ...]:
+    """The six planes bounding the box [lo, hi] as a workspace."""
+    planes = []
+    for axis, label in enumerate("xyz"):
+        n = [0.0, 0.0, 0.0]
+        n[axis] = 1.0
+        planes.append(Plane(tuple(n), float(hi[axis]), f"{label} <= {hi[axis]:g}"))
+        n = [0.0, 0.0, 0.0]
+        n[axis] = -1.0
+        planes.append(Plane(tuple(n), -float(lo[axis]), f"{label} >= {lo[axis]:g}"))
+    return tuple(planes)
+
+
+# The sim workcell's table top (vla_runtime.sim.scene): x in [-0.25, 0.95], y in [-0.8, 0.8],
+# top at z = 0 where the robot base stands. Above 1.2 m nothing on the table needs reaching.
+DEFAULT_WORKSPACE = box_planes((-0.25, -0.8, -0.05), (0.95, 0.8, 1.2))
+
+
+@dataclass(frozen=True)
+class Workcell:
+    """What the checks need to know about the surroundings."""
+
+    workspace: tuple[Plane, ...] = DEFAULT_WORKSPACE
+    keep_out: tuple[Box, ...] = ()
+    table_height: float = 0.0
+    table_clearance: float = 0.005  # every arm point stays this far above the table top
+    # Self clearance: the hand must not come back over the robot's own base column, a vertical
+    # cylinder around the base z axis.
+    base_radius: float = 0.12
+    base_height: float = 0.45
+
+    def violations(self, arm_points: np.ndarray, hand_points: np.ndarray) -> list[tuple]:
+        """Per kind of violation, (name, mask over the leading axes, worst number).
+
+        arm_points (..., K, 3): points along the whole arm; hand_points (..., M, 3): the points
+        of the hand (flange, TCP) that must stay in the workspace and away from the base."""
+        found = []
+        for plane in self.workspace:
+            excess = hand_points @ np.asarray(plane.normal, dtype=float) - plane.offset
+            mask = np.any(excess > 0.0, axis=-1)
+            if mask.any():
+                found.append((f"workspace plane {plane.name}", mask, float(excess.max())))
+        for box in self.keep_out:
+            mask = np.any(box.contains(arm_points), axis=-1)
+            if mask.any():
+                found.append((f"keep-out box {box.name}", mask, 0.0))
+        floor = self.table_height + self.table_clearance
+        lowest = arm_points[..., 2].min(axis=-1)
+        mask = lowest < floor
+        if mask.any():
+            found.append(("table clearance", mask, float(floor - lowest.min())))
+        radial = np.linalg.norm(hand_points[..., :2], axis=-1)
+        near_base = (radial < self.base_radius) & (hand_points[..., 2] < self.base_height)
+        mask = np.any(near_base, axis=-1)
+        if mask.any():
+            found.append(("self clearance (hand over the base)", mask, float(radial.min())))
+        return found

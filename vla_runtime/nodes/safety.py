@@ -1,0 +1,321 @@
+"""Safety node: the only path from the policy to the arm's command topic (DESIGN.md §6).
+
+- /vla/action_chunk -> chunk check (+ consequence rollout when the sim scene is published) ->
+  /vla/checked_chunk, one /vla/safety/events entry per chunk (accept / clip / veto / stale).
+  Checks run in a worker thread so the control-rate gate never waits on them; a chunk that is
+  superseded before its check starts is reported stale.
+- /vla/command -> command gate, ticking at control_rate_hz -> forward position controller and
+  gripper commands. /vla/estop (Bool true) latches; only /vla/estop/reset (Empty) or setting the
+  parameter estop_reset clears it.
+A non-rated software layer: the robot's own safety controller and e-stop stay the last line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+
+import numpy as np
+from builtin_interfaces.msg import Duration
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Empty, Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from vla_runtime.core import topics
+from vla_runtime.core.kinematics import chain_for
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.chunk_check import (
+    STALE,
+    VETO,
+    Chunk,
+    ChunkCheckConfig,
+    ChunkChecker,
+    Verdict,
+)
+from vla_runtime.core.safety.gate import CommandGate, GateConfig
+from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
+from vla_runtime.nodes.runtime import run_node
+
+ESTOP_RESET = "/vla/estop/reset"
+LATCHED = QoSProfile(
+    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+)
+SCENE_STATE_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+
+def _seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def _json(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+class SafetyNode(Node):
+    def __init__(self, name: str = "safety"):
+        super().__init__(name)
+        param = self.declare_parameter
+        self.robot = load_robot(param("robot", "fr3").value)
+        rate = float(param("control_rate_hz", 250.0).value)
+        gate_config = GateConfig(
+            period=1.0 / rate,
+            command_timeout=float(param("command_timeout", 0.1).value),
+            start_tolerance=float(param("start_tolerance", 0.05).value),
+            state_timeout=float(param("state_timeout", 0.5).value),
+        )
+        lo = param("workspace_min", [-0.25, -0.8, -0.05]).value
+        hi = param("workspace_max", [0.95, 0.8, 1.2]).value
+        # Keep-out boxes: 6 values per box, min xyz then max xyz.
+        boxes = list(param("keep_out_boxes", Parameter.Type.DOUBLE_ARRAY).value or [])
+        if len(boxes) % 6:
+            raise ValueError(f"keep_out_boxes needs 6 values per box, got {len(boxes)}")
+        keep_out = tuple(
+            Box(tuple(boxes[i : i + 3]), tuple(boxes[i + 3 : i + 6]), f"#{i // 6}")
+            for i in range(0, len(boxes), 6)
+        )
+        self.workcell = Workcell(
+            workspace=box_planes(lo, hi),
+            keep_out=keep_out,
+            table_height=float(param("table_height", 0.0).value),
+            table_clearance=float(param("table_clearance", 0.005).value),
+        )
+        tcp_speed = float(param("tcp_speed", -1.0).value)
+        check_config = ChunkCheckConfig(
+            max_observation_age=float(param("max_observation_age", 1.0).value),
+            max_state_age=float(param("max_state_age", 0.2).value),
+            max_time_scale=float(param("max_time_scale", 3.0).value),
+            tcp_speed=tcp_speed if tcp_speed > 0 else None,
+            workcell=self.workcell,
+        )
+        self.consequence_mode = param("consequence", "auto").value  # auto | off
+        self.contact_force = float(param("max_contact_force", 40.0).value)
+        param("estop_reset", False)
+
+        self.checker = ChunkChecker(self.robot, chain_for(self.robot.name), check_config)
+        self.gate = CommandGate(self.robot, gate_config)
+        self._gripper_joint = self.robot.gripper_joints[0] if self.robot.gripper_joints else None
+        self._consequence = None
+        self._scene_qpos: np.ndarray | None = None
+        self._state: tuple[np.ndarray, np.ndarray, float] | None = None  # q, dq, stamp
+
+        controllers = self.robot.controllers
+        self._arm_pub = self.create_publisher(
+            Float64MultiArray, topics.forward_command(controllers["forward_position"]), 10
+        )
+        self._gripper_pub = (
+            self.create_publisher(
+                Float64MultiArray, topics.forward_command(controllers["gripper"]), 10
+            )
+            if "gripper" in controllers
+            else None
+        )
+        self._checked_pub = self.create_publisher(JointTrajectory, topics.CHECKED_CHUNK, 10)
+        self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
+        sub = self.create_subscription
+        # Deep enough that a burst of chunks is superseded (and reported), not lost in DDS.
+        sub(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 100)
+        sub(JointState, topics.COMMAND, self._on_command, 10)
+        sub(JointState, self.robot.state_topic, self._on_state, 10)
+        sub(Bool, topics.ESTOP, self._on_estop, 10)
+        sub(Empty, ESTOP_RESET, self._on_reset, 10)
+        if self.consequence_mode != "off":
+            sub(String, topics.SIM_SCENE_XML, self._on_scene_xml, LATCHED)
+            sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE_QOS)
+        self.add_on_set_parameters_callback(self._on_parameters)
+
+        self._chunks_received = 0
+        self._pending: tuple[int, JointTrajectory, float] | None = None
+        self._wake = threading.Condition()
+        self._running = True
+        self._worker = threading.Thread(target=self._check_loop, name="chunk-check", daemon=True)
+        self._worker.start()
+        self.create_timer(gate_config.period, self._tick)
+        self.get_logger().info(
+            f"safety for {self.robot.name}: gate at {rate:g} Hz -> "
+            f"{topics.forward_command(controllers['forward_position'])}, "
+            f"timeout {gate_config.command_timeout * 1e3:.0f} ms"
+        )
+
+    # -- time --------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # -- inputs ------------------------------------------------------------------------------
+    def _on_state(self, msg: JointState) -> None:
+        try:
+            index = {name: i for i, name in enumerate(msg.name)}
+            cols = [index[j] for j in self.robot.joints]
+            q = np.array([msg.position[c] for c in cols], dtype=float)
+            dq = (
+                np.array([msg.velocity[c] for c in cols], dtype=float)
+                if len(msg.velocity) == len(msg.name)
+                else np.zeros(len(cols))
+            )
+        except (KeyError, IndexError):
+            self._publish_events([{"event": "state_rejected", "reason": "malformed joint state"}])
+            return
+        stamp = _seconds(msg.header.stamp)
+        self.gate.update_state(q, stamp)
+        if np.isfinite(q).all():
+            self._state = (q, dq, stamp)
+
+    def _on_command(self, msg: JointState) -> None:
+        now = self._now()
+        try:
+            index = {name: i for i, name in enumerate(msg.name)}
+            arm = [msg.position[index[j]] for j in self.robot.joints]
+            width = None
+            if self._gripper_joint in index:
+                width = 2.0 * msg.position[index[self._gripper_joint]]
+        except (KeyError, IndexError):
+            arm, width = [math.nan], None  # the gate rejects and reports it
+        self.gate.command(arm, width, _seconds(msg.header.stamp), now)
+
+    def _on_estop(self, msg: Bool) -> None:
+        if msg.data:
+            self.gate.estop(self._now())
+
+    def _on_reset(self, _msg: Empty) -> None:
+        self.gate.reset(self._now())
+
+    def _on_parameters(self, params) -> SetParametersResult:
+        for p in params:
+            if p.name == "estop_reset" and p.value:
+                self.gate.reset(self._now())
+        return SetParametersResult(successful=True)
+
+    def _on_scene_xml(self, msg: String) -> None:
+        from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
+
+        try:
+            config = ConsequenceConfig(max_contact_force=self.contact_force, workcell=self.workcell)
+            self._consequence = ConsequenceChecker.from_xml(msg.data, self.robot, config)
+            self.get_logger().info("consequence rollout enabled (sim scene received)")
+        except Exception as exc:  # a scene we cannot simulate leaves the other checks running
+            self.get_logger().error(f"consequence rollout unavailable: {exc!r}")
+            self._consequence = None
+
+    def _on_scene_state(self, msg: Float64MultiArray) -> None:
+        self._scene_qpos = np.asarray(msg.data[1:], dtype=float)  # [time, qpos...]
+
+    # -- gate --------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down between callbacks
+            return
+        out = self.gate.tick(self._now())
+        if out.arm is not None:
+            self._arm_pub.publish(Float64MultiArray(data=out.arm.tolist()))
+        if out.gripper is not None and self._gripper_pub is not None:
+            self._gripper_pub.publish(Float64MultiArray(data=[float(out.gripper)]))
+        if out.events:
+            self._publish_events(out.events, source="gate")
+
+    def _publish_events(self, events: list[dict], source: str = "gate") -> None:
+        for event in events:
+            event = {"source": source, **event}
+            self._event_pub.publish(String(data=json.dumps(event, default=_json)))
+
+    # -- chunks ------------------------------------------------------------------------------
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        self._chunks_received += 1
+        with self._wake:
+            superseded = self._pending
+            self._pending = (self._chunks_received, msg, time.perf_counter())
+            self._wake.notify()
+        if superseded is not None:
+            verdict = Verdict(STALE, ("superseded by a newer chunk before its check",))
+            self._report(superseded[0], superseded[1], verdict, 0.0)
+
+    def _check_loop(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._pending is not None or not self._running)
+                if not self._running:
+                    return
+                chunk_id, msg, received = self._pending
+                self._pending = None
+            try:
+                verdict = self._check(msg)
+            except Exception as exc:  # every chunk ends with a verdict, even a crashing one
+                verdict = Verdict(VETO, (f"check failed: {exc!r}",))
+            if not self.context.ok():
+                return
+            self._report(chunk_id, msg, verdict, 1e3 * (time.perf_counter() - received))
+            if verdict.executable:
+                self._checked_pub.publish(self._checked_message(msg, verdict))
+
+    def _check(self, msg: JointTrajectory) -> Verdict:
+        chunk = Chunk(
+            tuple(msg.joint_names),
+            _seconds(msg.header.stamp),
+            tuple(_seconds(p.time_from_start) for p in msg.points),
+            tuple(tuple(p.positions) for p in msg.points),
+        )
+        now = self._now()
+        state = self._state
+        q, dq, stamp = state if state is not None else (None, None, None)
+        verdict = self.checker.check(chunk, now, q, stamp)
+        if verdict.executable and self._consequence is not None and self._scene_qpos is not None:
+            verdict = self._rollout(verdict, chunk, now, dq)
+        return verdict
+
+    def _rollout(self, verdict: Verdict, chunk: Chunk, now: float, dq) -> Verdict:
+        names = list(chunk.joint_names)
+        arm = verdict.positions[:, [names.index(j) for j in self.robot.joints]]
+        ahead = chunk.stamp + verdict.times - now
+        live = ahead > 0.0
+        widths = None
+        if self._gripper_joint in names:
+            widths = 2.0 * verdict.positions[live, names.index(self._gripper_joint)]
+        started = time.perf_counter()
+        result = self._consequence.rollout(self._scene_qpos, dq, ahead[live], arm[live], widths)
+        numbers = {f"rollout_{k}": v for k, v in result.numbers.items()}
+        numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
+        if result.safe:
+            return Verdict(verdict.decision, verdict.reasons, {**verdict.numbers, **numbers},
+                           verdict.times, verdict.positions)  # fmt: skip
+        return verdict.vetoed("consequence: " + "; ".join(result.hazards), **numbers)
+
+    def _report(self, chunk_id: int, msg, verdict: Verdict, check_ms: float) -> None:
+        event = {
+            "event": "chunk",
+            "chunk": chunk_id,
+            "stamp": _seconds(msg.header.stamp),
+            "check_ms": check_ms,
+            **verdict.event(),
+        }
+        self._publish_events([event], source="chunk_check")
+
+    def _checked_message(self, msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
+        out = JointTrajectory(header=msg.header, joint_names=list(msg.joint_names))
+        for t, row in zip(verdict.times, verdict.positions, strict=True):
+            sec, nanosec = divmod(round(float(t) * 1e9), 10**9)
+            out.points.append(
+                JointTrajectoryPoint(
+                    positions=row.tolist(), time_from_start=Duration(sec=sec, nanosec=nanosec)
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        with self._wake:
+            self._running = False
+            self._wake.notify_all()
+        self._worker.join(timeout=5.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(SafetyNode, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
