@@ -21,7 +21,7 @@ def stamp(msg) -> tuple[int, int]:
 
 def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
     report_path = tmp_path / "run.json"
-    proc, domain = start_launcher("engine:=true", "--duration", "12", "--report", str(report_path))
+    proc, domain = start_launcher("policy:=true", "--duration", "12", "--report", str(report_path))
     probe = Probe(domain)
     try:
         chunks = probe.collect(JointTrajectory, "/vla/action_chunk")

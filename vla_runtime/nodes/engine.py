@@ -440,7 +440,14 @@ class EngineNode(Node):
                     continue
             elif newest is None or newest == self._last_used_stamp:
                 continue
-            if self._infer_once(request):
+            try:
+                served = self._infer_once(request)
+            except Exception as exc:  # shutdown mid-inference (context gone) or a bug: no crash
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self._fail("internal", f"{type(exc).__name__}: {exc}")
+                served = False
+            if served:
                 with self._lock:
                     if self._pending_request is request:
                         self._pending_request = None
