@@ -245,6 +245,21 @@ def run_stack(
     return LaunchResult(0 if ok else 1, report)
 
 
+# The stats values worth a line in the printed summary (all of them are in the JSON report).
+SUMMARY_KEYS = {
+    "engine": ("chunks_published", "errors", "mode", "latency_ms"),
+    "streamer": (
+        "executed_actions",
+        "stale_dropped",
+        "stale_executed",
+        "empty_plan_ticks",
+        "discontinuity_ratio",
+        "delay_ms_p50",
+        "jitter_ms_p99",
+    ),
+}
+
+
 def format_summary(report: dict) -> str:
     lines = [
         f"stack {report['stack']}: {report['duration_s']:.1f} s of {report['clock']} time "
@@ -261,6 +276,11 @@ def format_summary(report: dict) -> str:
             lines.append(
                 f"  camera {name:<35} latency p50 {lat['p50']:.1f} ms  p99 {lat['p99']:.1f} ms"
             )
+    for topic, statuses in sorted(report.get("diagnostics", {}).items()):
+        for status, values in statuses.items():
+            shown = [f"{k}={values[k]}" for k in SUMMARY_KEYS.get(status, ()) if k in values]
+            if shown:
+                lines.append(f"  {status:<42} " + "  ".join(shown))
     for name, n in report["nodes"].items():
         state = "died" if n.get("died") else ("stopped cleanly" if n["clean"] else "unclean stop")
         lines.append(f"  node {name:<37} exit {n['exit_code']}  {state}")

@@ -214,3 +214,35 @@ def test_camera_latency_from_image_stamps(rclpy_context):
         assert sim_latency[key] == pytest.approx(100.0, abs=1e-6), key
     assert sim_report["cameras"]["scene"]["rate_hz"] == 0.0  # sim time stood still
     assert sim_report["topics"][scene]["wall_rate_hz"] > 0
+
+
+@pytest.mark.integration
+def test_newest_stats_values_are_reported(rclpy_context):
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    talker = rclpy.create_node("stats_talker", context=rclpy_context)
+    pub = talker.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
+    monitor = RunMonitor([topics.STREAMER_STATS], context=rclpy_context, node_name="monitor_d")
+    try:
+        with Spinner(rclpy_context, [monitor]):
+            wait_for(lambda: pub.get_subscription_count() >= 1, 30, "the monitor")
+            for executed in (10, 20, 30):
+                status = DiagnosticStatus(
+                    name="streamer",
+                    values=[
+                        KeyValue(key="executed", value=str(executed)),
+                        KeyValue(key="stale_executed", value="0"),
+                    ],
+                )
+                pub.publish(DiagnosticArray(status=[status]))
+                time.sleep(0.05)
+            wait_until_settled(monitor, topics.STREAMER_STATS, 3)
+            report = monitor.report()
+    finally:
+        monitor.destroy_node()
+        talker.destroy_node()
+    assert report["topics"][topics.STREAMER_STATS]["count"] == 3
+    assert report["diagnostics"][topics.STREAMER_STATS] == {
+        "streamer": {"executed": "30", "stale_executed": "0"}
+    }

@@ -27,6 +27,8 @@ from vla_runtime.core import topics
 from vla_runtime.core.stats import RateMeter, Reservoir
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
+# Stats topics (engine, streamer): the newest status values go into the report as well.
+DIAGNOSTICS_TYPE = "diagnostic_msgs/msg/DiagnosticArray"
 _CAMERA_PREFIX, _CAMERA_SUFFIX = topics.camera_image("\0").split("\0")
 
 
@@ -70,6 +72,7 @@ class TopicStats:
     ros_rate: RateMeter = field(default_factory=RateMeter)
     wall_rate: RateMeter = field(default_factory=RateMeter)
     latency_ms: Reservoir | None = None
+    last_status: dict[str, dict[str, str]] | None = None  # DiagnosticArray: name -> key -> value
 
 
 class RunMonitor(Node):
@@ -140,7 +143,12 @@ class RunMonitor(Node):
             stats.type_name = type_name
             if is_image:
                 stats.latency_ms = Reservoir(self._latency_capacity)
-        callback = self._image_callback(stats) if is_image else self._counting_callback(stats)
+        if is_image:
+            callback = self._image_callback(stats)
+        elif type_name == DIAGNOSTICS_TYPE:
+            callback = self._diagnostics_callback(stats, msg_type)
+        else:
+            callback = self._counting_callback(stats)
         self.create_subscription(msg_type, name, callback, qos, raw=True)
 
     def _count(self, stats: TopicStats) -> int:
@@ -170,10 +178,23 @@ class RunMonitor(Node):
 
         return on_image
 
+    def _diagnostics_callback(self, stats: TopicStats, msg_type):
+        from rclpy.serialization import deserialize_message
+
+        def on_diagnostics(serialized: bytes) -> None:
+            self._count(stats)
+            msg = deserialize_message(serialized, msg_type)  # a few Hz: decoding is cheap
+            status = {st.name: {kv.key: kv.value for kv in st.values} for st in msg.status}
+            with self._lock:
+                stats.last_status = {**(stats.last_status or {}), **status}
+
+        return on_diagnostics
+
     def report(self) -> dict:
         """{"topics": {name: {"type", "count", "rate_hz", "wall_rate_hz"}},
-        "cameras": {name: {"latency_ms": {"p50", "p99", "max", "mean", "n"}, "rate_hz"}}}"""
-        topics_report, cameras = {}, {}
+        "cameras": {name: {"latency_ms": {"p50", "p99", "max", "mean", "n"}, "rate_hz"}},
+        "diagnostics": {topic: {status name: {key: value}}} (newest values of stats topics)}"""
+        topics_report, cameras, diagnostics = {}, {}, {}
         with self._lock:
             for name, stats in sorted(self._stats.items()):
                 topics_report[name] = {
@@ -182,6 +203,8 @@ class RunMonitor(Node):
                     "rate_hz": stats.ros_rate.rate_hz,
                     "wall_rate_hz": stats.wall_rate.rate_hz,
                 }
+                if stats.last_status:
+                    diagnostics[name] = stats.last_status
                 camera = camera_name_of(name)
                 if camera is None:
                     continue
@@ -192,4 +215,4 @@ class RunMonitor(Node):
                     },
                     "rate_hz": stats.ros_rate.rate_hz,
                 }
-        return {"topics": topics_report, "cameras": cameras}
+        return {"topics": topics_report, "cameras": cameras, "diagnostics": diagnostics}
