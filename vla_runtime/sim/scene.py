@@ -99,8 +99,12 @@ def _look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 
 def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, str]:
     """Compile the scene; returns the model and its self-contained MJCF string."""
+    if config.robot == "ur5e":
+        from vla_runtime.sim.ur5e import build_ur5e_scene  # imports this module's helpers
+
+        return build_ur5e_scene(config)
     if config.robot != "fr3":
-        raise ValueError(f"no simulated model for robot {config.robot!r} (only 'fr3')")
+        raise ValueError(f"no simulated model for robot {config.robot!r} (only 'fr3', 'ur5e')")
     if not 0 <= config.n_cubes <= len(config.colours):
         raise ValueError(f"n_cubes must be 0..{len(config.colours)}, got {config.n_cubes}")
     robot = load_robot(config.robot)

@@ -1,0 +1,69 @@
+"""`vla-runtime launch ur --sim`: the simulated UR5e answers on the UR driver's own topics
+(/scaled_joint_trajectory_controller/joint_trajectory, /forward_position_controller/commands,
+/joint_states with UR joint names), so the stack cannot tell it from ur_robot_driver."""
+
+from __future__ import annotations
+
+import math
+import signal
+
+import numpy as np
+import pytest
+from stack_probe import Probe, finish, start_launcher
+
+pytestmark = pytest.mark.integration
+
+UR = [
+    "shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_1_joint", "wrist_2_joint",
+    "wrist_3_joint",
+]  # fmt: skip
+UR_HOME = np.array([0.0, -math.pi / 2, math.pi / 2, -math.pi / 2, -math.pi / 2, 0.0])
+
+
+class URProbe(Probe):
+    def _on_state(self, msg) -> None:
+        index = {n: i for i, n in enumerate(msg.name)}
+        self.q = np.array([msg.position[index[n]] for n in UR])
+
+
+def test_ur_sim_stack_follows_the_ur_driver_topics():
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+    from trajectory_msgs.msg import JointTrajectory
+
+    proc, domain = start_launcher("--duration", "300", "use_sim:=true", stack="ur")
+    probe = None
+    try:
+        probe = URProbe(domain)
+        probe.jtc = probe.node.create_publisher(
+            JointTrajectory, "/scaled_joint_trajectory_controller/joint_trajectory", 10
+        )
+        forward = probe.node.create_publisher(
+            Float64MultiArray, "/forward_position_controller/commands", 10
+        )
+        states = probe.collect(JointState, "/joint_states")
+        assert probe.spin_until(lambda: probe.q is not None and states, 90), "no /joint_states"
+        assert list(states[-1].name) == [*UR, "gripper_finger_joint1", "gripper_finger_joint2"]
+        assert np.allclose(probe.q, UR_HOME, atol=0.02)
+
+        goal = UR_HOME + np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.3])
+        probe.send(UR, [(1.0, UR_HOME + (goal - UR_HOME) / 2), (2.0, goal)])
+        probe.spin_sim_seconds(3.5)
+        assert np.max(np.abs(probe.q - goal)) < 0.01, probe.q - goal
+
+        back = UR_HOME + np.array([-0.1, 0.05, 0.05, 0.0, -0.1, 0.1])
+        forward.publish(Float64MultiArray(data=back.tolist()))
+        probe.spin_sim_seconds(2.0)
+        assert np.max(np.abs(probe.q - back)) < 0.01, probe.q - back
+
+        forward.publish(Float64MultiArray(data=[0.0] * 5))  # wrong length: rejected, holds
+        assert probe.spin_until(lambda: len(probe.events) >= 1, 30)
+        assert probe.events[0]["topic"] == "/forward_position_controller/commands"
+        probe.spin_sim_seconds(0.5)
+        assert np.max(np.abs(probe.q - back)) < 0.01
+    finally:
+        if probe is not None:
+            probe.close()
+        proc.send_signal(signal.SIGINT)  # done: a clean stop, not the 300 s duration
+        code, out = finish(proc, timeout=120)
+    assert code == 0, out

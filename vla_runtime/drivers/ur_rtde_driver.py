@@ -1,0 +1,213 @@
+"""Direct UR driver (no ros2_control): ur_rtde servoJ at the controller rate behind UR topics.
+
+For hosts without Universal_Robots_ROS2_Driver. It offers that driver's interfaces:
+`/scaled_joint_trajectory_controller/joint_trajectory` (JointTrajectory),
+`/forward_position_controller/commands` (Float64MultiArray), and publishes `/joint_states` with
+UR joint names, `/speed_scaling_state_broadcaster/speed_scaling`, `/vla/driver/events`.
+
+A control thread runs ur_rtde's initPeriod/servoJ/waitPeriod loop at 500 Hz (e-Series), each
+cycle sending the commanded position for now; servoJ's lookahead and gain smooth it. Protective
+and emergency stops are detected from the RTDE safety status bits: the driver stops servoing,
+holds the measured position and resumes (re-uploading its control script) once the operator has
+cleared the stop. A lost connection is re-established with exponential back-off.
+
+UNTESTED HERE: everything that talks to a UR controller (no UR simulator is available on the
+development hosts; URSim is a Docker image). The pure parts (command conversion, servoJ
+parameters, stop detection, reconnect policy) are unit-tested in test/unit/test_ur_servo.py
+and test/unit/test_streaming_command.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64, Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
+
+from vla_runtime.core import topics
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.streaming_command import ArmCommand, Reconnector
+from vla_runtime.core.ur_servo import ServoParams, StopMonitor
+from vla_runtime.nodes.runtime import run_node
+
+SPEED_SCALING = "/speed_scaling_state_broadcaster/speed_scaling"
+
+
+def _seconds(stamp) -> float:
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+class URRtdeDriverNode(Node):
+    def __init__(self, name: str = "ur_driver"):
+        super().__init__(name)
+        declare = self.declare_parameter
+        self.robot_ip = str(declare("robot_ip", "").value)
+        robot = load_robot(str(declare("robot", "ur5e").value))
+        self.servo = ServoParams(
+            rate_hz=float(declare("control_rate_hz", 500.0).value),
+            lookahead_s=float(declare("servo_lookahead_s", 0.1).value),
+            gain=float(declare("servo_gain", 300.0).value),
+        ).validated()
+        state_rate = float(declare("state_rate_hz", 250.0).value)
+        trajectory = str(declare("trajectory_controller", robot.controllers["trajectory"]).value)
+        forward = str(declare("forward_controller", robot.controllers["forward_position"]).value)
+        if not self.robot_ip:
+            raise ValueError("robot_ip is required (the UR controller's address)")
+        if not 0.0 < state_rate <= self.servo.rate_hz:
+            raise ValueError(
+                f"state_rate_hz must be in (0, {self.servo.rate_hz}], got {state_rate}"
+            )
+        self._state_every = max(1, round(self.servo.rate_hz / state_rate))
+
+        import rtde_control  # here, so that a missing ur-rtde is a clear node error
+        import rtde_receive
+
+        self._rtde_control, self._rtde_receive = rtde_control, rtde_receive
+        self.robot_config = robot
+        self._receive = rtde_receive.RTDEReceiveInterface(self.robot_ip)
+        self._control = rtde_control.RTDEControlInterface(self.robot_ip, self.servo.rate_hz)
+        q0 = np.array(self._receive.getActualQ(), dtype=float)
+        self._lock = threading.Lock()
+        self.command = ArmCommand(robot.joints, robot.position_min, robot.position_max, q0)
+        self.stops = StopMonitor()
+        self.reconnect = Reconnector()
+
+        self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
+        self._scaling_pub = self.create_publisher(Float64, SPEED_SCALING, 10)
+        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self._topics = {
+            "trajectory": topics.trajectory_command(trajectory),
+            "forward": topics.forward_command(forward),
+        }
+        self.create_subscription(
+            JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
+        )
+        self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
+        self._running = True
+        self._thread = threading.Thread(target=self._control_loop, name="servo", daemon=True)
+        self._thread.start()
+        self.get_logger().info(
+            f"ur_rtde driver at {self.robot_ip}: servoJ {self.servo.rate_hz:g} Hz, lookahead "
+            f"{self.servo.lookahead_s:g} s, gain {self.servo.gain:g}; commands on "
+            + ", ".join(self._topics.values())
+        )
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # -- control thread ----------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        tick = 0
+        while self._running:
+            if self.reconnect.state != "connected":
+                self._try_reconnect()
+                time.sleep(0.05)
+                continue
+            try:
+                start = self._control.initPeriod()
+                q = np.array(self._receive.getActualQ(), dtype=float)
+                change = self.stops.update(int(self._receive.getSafetyStatusBits()))
+                if change is not None:
+                    self._on_stop_change(change, q)
+                if self.stops.stopped is None:
+                    with self._lock:
+                        target, _ = self.command.sample(self._now())
+                    self._control.servoJ(*self.servo.servo_args(target))
+                if tick % self._state_every == 0:
+                    self._publish_state(q)
+                tick += 1
+                self._control.waitPeriod(start)
+            except Exception as exc:  # RTDE raises when the connection drops
+                self.get_logger().error(f"RTDE connection lost: {exc}")
+                self._event("disconnected", reason=str(exc))
+                self.reconnect.lost(time.monotonic())
+
+    def _on_stop_change(self, change: tuple[str, str], q: np.ndarray) -> None:
+        what, reason = change
+        with self._lock:
+            self.command.hold(q)  # never resume towards a target set before the stop
+        if what == "stopped":
+            self._control.servoStop()
+            self.get_logger().error(f"robot {reason}: servoing stopped, holding")
+        else:
+            self._control.reuploadScript()  # a stop ends the control script on the robot
+            self.get_logger().info(f"{reason} cleared: servoing resumes from the current pose")
+        self._event(what, reason=reason)
+
+    def _try_reconnect(self) -> None:
+        if self.reconnect.state == "failed" or not self.reconnect.should_try(time.monotonic()):
+            return
+        try:
+            self._receive.reconnect()
+            self._control.reconnect()
+        except Exception as exc:
+            self.reconnect.lost(time.monotonic())
+            self._event("reconnect_failed", reason=str(exc), state=self.reconnect.state)
+            return
+        q = np.array(self._receive.getActualQ(), dtype=float)
+        with self._lock:
+            self.command.hold(q)
+        self.reconnect.connected()
+        self._event("reconnected")
+
+    def _publish_state(self, q: np.ndarray) -> None:
+        msg = JointState(name=list(self.robot_config.joints))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.position = q.tolist()
+        msg.velocity = [float(v) for v in self._receive.getActualQd()]
+        self._state_pub.publish(msg)
+        self._scaling_pub.publish(Float64(data=float(self._receive.getSpeedScaling())))
+
+    # -- commands ----------------------------------------------------------------------------
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        points = msg.points
+        with self._lock:
+            reason = self.command.set_trajectory(
+                list(msg.joint_names),
+                [list(p.positions) for p in points],
+                [_seconds(p.time_from_start) for p in points],
+                velocities=[list(p.velocities) for p in points],
+                accelerations=[list(p.accelerations) for p in points],
+                start_time=_seconds(msg.header.stamp),
+                now=self._now(),
+            )
+        self._report("trajectory", reason)
+
+    def _on_forward(self, msg: Float64MultiArray) -> None:
+        with self._lock:
+            reason = self.command.set_positions(list(msg.data), now=self._now())
+        self._report("forward", reason)
+
+    def _report(self, command: str, reason: str | None) -> None:
+        if reason is None:
+            return
+        topic = self._topics[command]
+        self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
+        self._event("rejected", topic=topic, reason=reason)
+
+    def _event(self, event: str, **fields) -> None:
+        fields.update(event=event, stamp=self._now())
+        self._event_pub.publish(String(data=json.dumps(fields)))
+
+    def close(self) -> None:
+        self._running = False
+        self._thread.join(timeout=2.0)
+        try:
+            self._control.servoStop()
+            self._control.stopScript()
+        except Exception as exc:
+            print(f"[{self.get_name()}] stop: {exc}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(URRtdeDriverNode, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
