@@ -24,7 +24,9 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config/stacks", glob("config/stacks/*.yaml")),
+        (f"share/{PACKAGE}/config/stacks/parts", glob("config/stacks/parts/*.yaml")),
         (f"share/{PACKAGE}/config/robots", glob("config/robots/*.yaml")),
+        (f"share/{PACKAGE}/config/controllers", glob("config/controllers/*.yaml")),
     ],
     install_requires=["setuptools"],
     extras_require={"pip": requirements()},
@@ -42,6 +44,8 @@ setup(
             "vla-engine = vla_runtime.nodes.engine:main",
             "vla-streamer = vla_runtime.nodes.streamer:main",
             "vla-safety = vla_runtime.nodes.safety:main",
+            "vla-franky-driver = vla_runtime.drivers.franky_driver:main",
+            "vla-ur-driver = vla_runtime.drivers.ur_rtde_driver:main",
         ],
     },
 )

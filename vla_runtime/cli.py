@@ -47,7 +47,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.name == "sim":
         from vla_runtime.bench.sim import run_bench
 
-        result = run_bench(seconds=args.seconds)
+        result = run_bench(seconds=args.seconds or 5.0)
     elif args.name == "engine":
         from vla_runtime.bench.engine import run_bench
 
@@ -56,10 +56,14 @@ def _bench(args: argparse.Namespace) -> int:
         from vla_runtime.bench.transport import run_bench
 
         result = run_bench()
+    elif args.name == "driver":
+        from vla_runtime.bench.driver import run_bench
+
+        result = run_bench(seconds=args.seconds or 60.0)
     elif args.name == "streamer":
         from vla_runtime.bench.streamer import run_bench
 
-        result = run_bench(seconds=args.seconds)
+        result = run_bench(seconds=args.seconds or 3.0)
     else:  # argparse restricts choices; kept for clarity
         raise SystemExit(f"unknown benchmark {args.name}")
     text = json.dumps(result, indent=None if args.json else 2, sort_keys=True)
@@ -93,9 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     launch.set_defaults(func=_launch)
 
     bench = sub.add_parser("bench", help="run a benchmark; prints one JSON object")
-    bench.add_argument("name", choices=["sim", "engine", "transport", "streamer"])
+    bench.add_argument("name", choices=["sim", "engine", "transport", "streamer", "driver"])
     bench.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
-    bench.add_argument("--seconds", type=float, default=5.0, help="sim, streamer: run length")
+    bench.add_argument(
+        "--seconds", type=float, help="run length (sim, streamer: default 5; driver: 60)"
+    )
     bench.add_argument("--preset", default="tiny", help="engine: model preset (tiny, small)")
     bench.add_argument("--device", default="cpu", help="engine: cpu or cuda")
     bench.set_defaults(func=_bench)

@@ -23,8 +23,8 @@ def test_unknown_stack_and_bad_arguments_are_clear_errors(capsys):
     assert "name:=value" in capsys.readouterr().err
     assert main(["launch", "sim", "not_an_arg:=1"]) == 2
     assert "has no argument(s) ['not_an_arg']" in capsys.readouterr().err
-    assert main(["launch", "ur", "--sim"]) == 2
-    assert "no simulated UR5e" in capsys.readouterr().err
+    assert main(["launch", "ur", "use_mock_hardware:=true"]) == 2
+    assert "mock hardware" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["launch", "sim", "--no-such-option"])
 

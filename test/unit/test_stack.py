@@ -41,6 +41,34 @@ def test_arguments_override_and_keep_types():
     assert scene.parameters["width"] == 96 and scene.parameters["height"] == 96
 
 
+def test_policy_part_is_included_in_every_stack_with_its_robot():
+    for stack, overrides, robot in [
+        ("sim", {}, "fr3"),
+        ("franka", {"robot_type": "panda"}, "panda"),
+        ("ur", {"use_sim": True}, "ur5e"),
+    ]:
+        resolved = resolve_stack(stack, {"policy": True, **overrides})
+        pipeline = [n for n in resolved.nodes if n.name in ("engine", "safety", "streamer")]
+        assert [n.name for n in pipeline] == ["engine", "safety", "streamer"]
+        assert {n.parameters["robot"] for n in pipeline} == {robot}
+        assert all(n.remappings == () for n in pipeline)  # identity remaps are dropped
+        assert "/vla/streamer/stats" in resolved.report_topics
+        assert len(set(resolved.report_topics)) == len(resolved.report_topics)
+    franka = resolve_stack("franka", {"policy": True, "joint_states_topic": "/franka/joint_states"})
+    engine = next(n for n in franka.nodes if n.name == "engine")
+    assert engine.remappings == (("/joint_states", "/franka/joint_states"),)
+    assert "engine" not in [n.name for n in resolve_stack("sim").nodes]  # policy is opt-in
+
+
+def test_variables_cannot_be_overridden(tmp_path):
+    stack = tmp_path / "v.yaml"
+    stack.write_text(
+        "arguments: {a: {default: 1}}\nvariables: {a: 2}\nnodes: [{name: n, executable: x}]\n"
+    )
+    with pytest.raises(StackError, match="shadows an argument"):
+        resolve_stack(stack)
+
+
 def test_franka_switches_between_sim_and_devices():
     real = resolve_stack("franka")
     assert [n.name for n in real.nodes] == ["scene_camera", "wrist_camera"]
@@ -56,8 +84,8 @@ def test_franka_switches_between_sim_and_devices():
 def test_unknown_argument_and_refused_combination_are_clear_errors():
     with pytest.raises(StackError, match="no argument"):
         resolve_stack("sim", {"not_an_arg": 1})
-    with pytest.raises(StackError, match="no simulated UR5e"):
-        resolve_stack("ur", {"use_sim": True})
+    with pytest.raises(StackError, match="mock hardware is ur_robot_driver's own argument"):
+        resolve_stack("ur", {"use_mock_hardware": True})
     with pytest.raises(StackError, match="no stack 'nope'"):
         resolve_stack("nope")
 

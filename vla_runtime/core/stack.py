@@ -8,6 +8,8 @@ Format::
     description: text
     arguments:                       # launch arguments, overridable as name:=value
       use_sim: {default: true, description: text}
+    variables: {robot: $(arg robot_type)}  # derived values, usable as $(arg robot)
+    include: [parts/policy.yaml]     # append the nodes, arguments and report topics of a part
     use_sim_time: $(arg use_sim)     # added to every node's parameters unless it sets its own
     nodes:
       - name: sim_driver             # node name (also the process label)
@@ -115,6 +117,18 @@ def load_stack_file(name_or_path: str | Path) -> tuple[str, dict]:
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list):
         raise StackError(f"{path}: a stack file needs a `nodes:` list")
+    for part in raw.get("include") or []:
+        part_path = path.parent / part
+        if not part_path.is_file():
+            raise StackError(f"{path}: included part {part!r} not found")
+        included = yaml.safe_load(part_path.read_text()) or {}
+        # The stack's own argument declarations win, so it can change a part's defaults.
+        raw["arguments"] = {**(included.get("arguments") or {}), **(raw.get("arguments") or {})}
+        raw["nodes"] = raw["nodes"] + (included.get("nodes") or [])
+        report = raw.setdefault("report", {})
+        report["topics"] = (report.get("topics") or []) + (
+            (included.get("report") or {}).get("topics") or []
+        )
     return path.stem, raw
 
 
@@ -132,6 +146,10 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     for key, value in overrides.items():
         # An argument declared with a string default stays a string ("0" is a device, not 0).
         args[key] = str(value) if isinstance(args[key], str) else value
+    for key, value in (raw.get("variables") or {}).items():
+        if key in args:
+            raise StackError(f"stack {name!r}: variable {key!r} shadows an argument")
+        args[key] = substitute(value, args)
     for rule in raw.get("refuse") or []:
         if parse_bool(_lookup(rule["if"], args), f"argument {rule['if']}"):
             raise StackError(f"stack {name!r} with {rule['if']}=true: {rule['message']}")
@@ -158,12 +176,12 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
                 name=entry["name"],
                 executable=entry["executable"],
                 parameters=params,
-                remappings=tuple((str(k), str(v)) for k, v in remaps.items()),
+                remappings=tuple((str(k), str(v)) for k, v in remaps.items() if k != v),
             )
         )
     if not nodes:
         raise StackError(f"stack {name!r} starts no node with arguments {args}")
-    topics = substitute((raw.get("report") or {}).get("topics") or [], args)
+    topics = list(dict.fromkeys(substitute((raw.get("report") or {}).get("topics") or [], args)))
     return Stack(
         name=name,
         description=str(raw.get("description", "")),

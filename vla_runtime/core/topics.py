@@ -21,6 +21,8 @@ STREAMER_STATS = "/vla/streamer/stats"
 SAFETY_EVENTS = "/vla/safety/events"
 # Driver-side events (rejected commands, holds): std_msgs/String holding one JSON object.
 DRIVER_EVENTS = "/vla/driver/events"
+# Direct drivers' health (diagnostic_msgs/DiagnosticArray): libfranka errors, loop period, …
+DRIVER_STATS = "/vla/driver/stats"
 DIAGNOSTICS = "/diagnostics"
 
 # Simulator internals: the scene description (MJCF, transient local) and the full generalized

@@ -39,7 +39,6 @@ from vla_runtime.core.streaming_command import (
 )
 from vla_runtime.nodes.runtime import run_node
 
-DRIVER_STATS = "/vla/driver/stats"  # diagnostic_msgs/DiagnosticArray, 1 Hz
 GRIPPER_POLL_S = 0.1
 # parameter prefix -> key of `controllers:` in config/robots/<robot>.yaml
 CONTROLLER_KEYS = (
@@ -119,7 +118,7 @@ class FrankyDriverNode(Node):
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
-        self._stats_pub = self.create_publisher(DiagnosticArray, DRIVER_STATS, 10)
+        self._stats_pub = self.create_publisher(DiagnosticArray, topics.DRIVER_STATS, 10)
         self._topics = {
             "trajectory": topics.trajectory_command(controllers["trajectory"]),
             "forward": topics.forward_command(controllers["forward"]),

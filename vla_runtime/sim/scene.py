@@ -97,34 +97,12 @@ def _look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
     return quat
 
 
-def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, str]:
-    """Compile the scene; returns the model and its self-contained MJCF string."""
-    if config.robot == "ur5e":
-        from vla_runtime.sim.ur5e import build_ur5e_scene  # imports this module's helpers
-
-        return build_ur5e_scene(config)
-    if config.robot != "fr3":
-        raise ValueError(f"no simulated model for robot {config.robot!r} (only 'fr3', 'ur5e')")
-    if not 0 <= config.n_cubes <= len(config.colours):
-        raise ValueError(f"n_cubes must be 0..{len(config.colours)}, got {config.n_cubes}")
-    robot = load_robot(config.robot)
-    assets = franky_fr3_assets()
-    spec = mujoco.MjSpec.from_file(str(assets / "fr3.xml"))
-    spec.meshdir = str(assets / "meshes")  # the shipped meshdir="assets" is wrong
-    spec.modelname = "vla_runtime_fr3_scene"
+def configure_spec(spec: mujoco.MjSpec, config: SceneConfig) -> None:
+    """1 kHz physics with sleeping cubes, and cheap offscreen rendering."""
     spec.option.timestep = 0.001
     # Resting cubes sleep (no contact solving) until something awake touches them: this halves
     # the cost of a physics step with four cubes on the table.
     spec.option.enableflags |= mujoco.mjtEnableBit.mjENBL_SLEEP
-    # The shipped finger friction (1.137 N) exceeds the gripper's spring force near closing, so
-    # the fingers stalled ~2 cm from a width setpoint; without it they settle on the setpoint.
-    for finger in ("finger_joint1", "finger_joint2"):
-        spec.joint(finger).frictionloss = 0.0
-    # Like the real FR3, whose controller always compensates gravity: without it the position
-    # actuators sag by up to ~0.01 rad under the arm's weight.
-    for body in spec.body("fr3_link1").find_all(mujoco.mjtObj.mjOBJ_BODY):
-        body.gravcomp = 1.0
-    spec.body("fr3_link1").gravcomp = 1.0
     # Rendering speed: no shadow maps, no reflections; offscreen buffers large enough for cameras.
     spec.visual.quality.shadowsize = 0
     spec.visual.quality.offsamples = config.offscreen_samples
@@ -133,6 +111,12 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
     for material in spec.materials:
         material.reflectance = 0.0
 
+
+def add_workcell(spec: mujoco.MjSpec, config: SceneConfig) -> list[tuple[np.ndarray, ...]]:
+    """Light, floor, table, the seeded cubes and the cameras (the wrist camera on the body named
+    "hand"), the same for every robot. Returns the cube poses."""
+    if not 0 <= config.n_cubes <= len(config.colours):
+        raise ValueError(f"n_cubes must be 0..{len(config.colours)}, got {config.n_cubes}")
     world = spec.worldbody
     light = world.add_light(name="sun", pos=[0.5, 0.0, 2.0], dir=[0.0, 0.0, -1.0])
     light.castshadow = False
@@ -185,17 +169,49 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
             quat=_look_at_quat(pos, [0.0, 0.0, 0.2], up=(-1, 0, 0)).tolist(),
             fovy=config.wrist_fovy_deg,
         )
+    return poses
 
-    # The shipped keyframe only covers the bare arm; replace it with our home state.
-    for key in list(spec.keys):
-        spec.delete(key)
-    qpos = [*robot.home, robot.gripper_max_width / 2, robot.gripper_max_width / 2]
+
+def compile_scene(
+    spec: mujoco.MjSpec, home: list[float], poses, gripper_width: float
+) -> tuple[mujoco.MjModel, str]:
+    """Add the home keyframe (arm home, gripper open, cubes at their poses) and compile."""
+    qpos = [*home, gripper_width / 2, gripper_width / 2]
     for pos, quat in poses:
         qpos += [*pos.tolist(), *quat.tolist()]
-    spec.add_key(name="home", qpos=qpos, ctrl=[*robot.home, GRIPPER_OPEN_CTRL])
-
+    spec.add_key(name="home", qpos=qpos, ctrl=[*home, GRIPPER_OPEN_CTRL])
     spec.compile()  # validates the spec; errors name the offending element
     xml = spec.to_xml()
     # MJCF text rounds numbers, so the model is compiled from the text itself: the driver and the
     # camera processes then simulate and render exactly the same model.
     return mujoco.MjModel.from_xml_string(xml), xml
+
+
+def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, str]:
+    """Compile the scene; returns the model and its self-contained MJCF string."""
+    if config.robot == "ur5e":
+        from vla_runtime.sim.ur5e import build_ur5e_scene  # imports this module's helpers
+
+        return build_ur5e_scene(config)
+    if config.robot != "fr3":
+        raise ValueError(f"no simulated model for robot {config.robot!r} (only 'fr3', 'ur5e')")
+    robot = load_robot(config.robot)
+    assets = franky_fr3_assets()
+    spec = mujoco.MjSpec.from_file(str(assets / "fr3.xml"))
+    spec.meshdir = str(assets / "meshes")  # the shipped meshdir="assets" is wrong
+    spec.modelname = "vla_runtime_fr3_scene"
+    configure_spec(spec, config)
+    # The shipped finger friction (1.137 N) exceeds the gripper's spring force near closing, so
+    # the fingers stalled ~2 cm from a width setpoint; without it they settle on the setpoint.
+    for finger in ("finger_joint1", "finger_joint2"):
+        spec.joint(finger).frictionloss = 0.0
+    # Like the real FR3, whose controller always compensates gravity: without it the position
+    # actuators sag by up to ~0.01 rad under the arm's weight.
+    for body in spec.body("fr3_link1").find_all(mujoco.mjtObj.mjOBJ_BODY):
+        body.gravcomp = 1.0
+    spec.body("fr3_link1").gravcomp = 1.0
+    poses = add_workcell(spec, config)
+    # The shipped keyframe only covers the bare arm; replace it with our home state.
+    for key in list(spec.keys):
+        spec.delete(key)
+    return compile_scene(spec, list(robot.home), poses, robot.gripper_max_width)

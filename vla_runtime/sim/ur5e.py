@@ -17,15 +17,11 @@ import numpy as np
 
 from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.scene import (
-    COLOURS,
-    FLOOR_Z,
     GRIPPER_OPEN_CTRL,
-    TABLE_CENTRE_X,
-    TABLE_HALF_SIZE,
     SceneConfig,
-    _look_at_quat,
-    cube_names,
-    cube_poses,
+    add_workcell,
+    compile_scene,
+    configure_spec,
 )
 
 # Standard DH (Universal Robots, UR5e): T_i = RotZ(q_i) TransZ(d_i) TransX(a_i) RotX(alpha_i).
@@ -167,67 +163,17 @@ def _add_actuators(spec, robot) -> None:
 
 def build_ur5e_scene(config: SceneConfig) -> tuple[mujoco.MjModel, str]:
     """Compile the UR5e workcell; returns the model and its self-contained MJCF string."""
-    if not 0 <= config.n_cubes <= len(config.colours):
-        raise ValueError(f"n_cubes must be 0..{len(config.colours)}, got {config.n_cubes}")
     robot = load_robot("ur5e")
     spec = mujoco.MjSpec()
     spec.modelname = "vla_runtime_ur5e_scene"
     spec.compiler.degree = False  # joint ranges in radians
-    spec.option.timestep = 0.001
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
-    spec.option.enableflags |= mujoco.mjtEnableBit.mjENBL_SLEEP  # resting cubes cost nothing
-    spec.visual.quality.shadowsize = 0
-    spec.visual.quality.offsamples = config.offscreen_samples
-    spec.visual.global_.offwidth = config.max_render_size
-    spec.visual.global_.offheight = config.max_render_size
-
-    world = spec.worldbody
-    flange = _add_arm(world, robot)
+    configure_spec(spec, config)
+    flange = _add_arm(spec.worldbody, robot)
     _add_gripper(flange, spec)
     _add_actuators(spec, robot)
-
-    # The workcell is the FR3's: same light, floor, table, cubes and camera placement.
-    light = world.add_light(name="sun", pos=[0.5, 0.0, 2.0], dir=[0.0, 0.0, -1.0])
-    light.castshadow = False
-    light.diffuse = [0.7, 0.7, 0.7]
-    world.add_geom(
-        name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[3.0, 3.0, 0.1],
-        pos=[0.0, 0.0, FLOOR_Z], rgba=[0.35, 0.35, 0.38, 1.0],
-    )  # fmt: skip
-    world.add_geom(
-        name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=list(TABLE_HALF_SIZE),
-        pos=[TABLE_CENTRE_X, 0.0, -TABLE_HALF_SIZE[2]], rgba=[0.62, 0.48, 0.33, 1.0],
-    )  # fmt: skip
-    half = config.cube_size / 2
-    poses = cube_poses(config.n_cubes, config.seed, config.cube_size)
-    for name, colour, (pos, quat) in zip(cube_names(config), config.colours, poses, strict=False):
-        body = world.add_body(name=name, pos=pos.tolist(), quat=quat.tolist())
-        body.add_freejoint(name=name)
-        body.add_geom(
-            name=name, type=mujoco.mjtGeom.mjGEOM_BOX, size=[half, half, half],
-            rgba=list(COLOURS[colour]), mass=0.05, friction=[1.0, 0.01, 0.001],
-        )  # fmt: skip
-    if "scene" in config.cameras:
-        pos = [1.3, 0.6, 0.95]
-        world.add_camera(
-            name="scene", pos=pos, quat=_look_at_quat(pos, [0.35, 0.0, 0.28]).tolist(),
-            fovy=config.scene_fovy_deg,
-        )  # fmt: skip
-    if "wrist" in config.cameras:
-        pos = [-0.09, 0.0, 0.02]  # behind the fingers, looking along the approach axis
-        spec.body("hand").add_camera(
-            name="wrist", pos=pos, quat=_look_at_quat(pos, [0.0, 0.0, 0.2], up=(-1, 0, 0)).tolist(),
-            fovy=config.wrist_fovy_deg,
-        )  # fmt: skip
-
-    qpos = [*robot.home, GRIPPER_MAX_WIDTH / 2, GRIPPER_MAX_WIDTH / 2]
-    for pos, quat in poses:
-        qpos += [*pos.tolist(), *quat.tolist()]
-    spec.add_key(name="home", qpos=qpos, ctrl=[*robot.home, GRIPPER_OPEN_CTRL])
-
-    spec.compile()
-    xml = spec.to_xml()
-    return mujoco.MjModel.from_xml_string(xml), xml
+    poses = add_workcell(spec, config)  # the FR3's table, cubes and camera placement
+    return compile_scene(spec, list(robot.home), poses, GRIPPER_MAX_WIDTH)
 
 
 def flange_pose_in_base(model: mujoco.MjModel, data: mujoco.MjData) -> np.ndarray:
