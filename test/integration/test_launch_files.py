@@ -23,7 +23,14 @@ LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
 @pytest.mark.launch
 @pytest.mark.parametrize(
     "stack, arguments",
-    [("sim", {}), ("franka", {}), ("franka", {"use_sim": "true"}), ("ur", {})],
+    [
+        ("sim", {}),
+        ("sim", {"policy": "true"}),
+        ("franka", {}),
+        ("franka", {"use_sim": "true"}),
+        ("ur", {}),
+        ("ur", {"use_sim": "true"}),
+    ],
 )
 def test_launch_file_starts_the_stack_nodes(stack, arguments):
     description = get_launch_description_from_python_launch_file(
