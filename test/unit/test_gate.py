@@ -248,3 +248,36 @@ def test_gripper_width_is_rate_limited_and_sent_on_change_only():
     speeds = np.abs(np.diff(widths)) / np.diff(times)
     assert speeds.max() <= 0.1 + 1e-9  # the FR3 hand's max speed
     assert len(widths) < 250  # the deadband keeps the gripper topic quiet
+
+
+def test_a_clock_jumping_backwards_does_not_blind_the_watchdog():
+    run = armed_run()
+    goal = HOME.copy()
+    goal[0] += 0.5
+    for _ in range(20):
+        run.send(goal)
+        run.tick()
+    assert run.gate.moving
+    run.k -= 500  # 2 s back: the last command now lies 2 s in the future; none follows
+    run.tick(150)
+    jump = run.event("clock_jump")
+    assert jump["jump_s"] == pytest.approx(-2.0 + T)
+    timeout = run.event("command_timeout")
+    assert timeout["stamp"] - jump["stamp"] == pytest.approx(0.1, abs=T + 1e-9)
+    assert run.gate.mode == STOPPING and not run.gate.moving
+    assert_within_limits(run.outputs)
+
+
+def test_clock_jumping_ahead_times_out_the_last_command():
+    run = armed_run()
+    goal = HOME.copy()
+    goal[0] += 0.5
+    for _ in range(20):
+        run.send(goal)
+        run.tick()
+    run.k += 500
+    assert not run.send(goal, age=2.0)  # stamped on the old clock: stale now
+    run.tick(60)
+    assert run.event("command_timeout")["silent_s"] >= 2.0
+    assert not run.gate.moving
+    assert_within_limits(run.outputs)

@@ -105,6 +105,7 @@ class SafetyNode(Node):
         self._gripper_joint = self.robot.gripper_joints[0] if self.robot.gripper_joints else None
         self._consequence = None
         self._scene_qpos: np.ndarray | None = None
+        self._scene_state_rejected, self._scene_state_reported = 0, -math.inf
         self._state: tuple[np.ndarray, np.ndarray, float] | None = None  # q, dq, stamp
 
         controllers = self.robot.controllers
@@ -201,11 +202,22 @@ class SafetyNode(Node):
             self._consequence = ConsequenceChecker.from_xml(msg.data, self.robot, config)
             self.get_logger().info("consequence rollout enabled (sim scene received)")
         except Exception as exc:  # a scene we cannot simulate leaves the other checks running
-            self.get_logger().error(f"consequence rollout unavailable: {exc!r}")
-            self._consequence = None
+            kept = "keeping the previous scene" if self._consequence else "rollout unavailable"
+            self.get_logger().error(f"scene rejected ({kept}): {exc!r}")
+            self._publish_events([{"event": "scene_rejected", "reason": repr(exc)[:200]}])
 
     def _on_scene_state(self, msg: Float64MultiArray) -> None:
-        self._scene_qpos = np.asarray(msg.data[1:], dtype=float)  # [time, qpos...]
+        qpos = np.asarray(msg.data[1:], dtype=float)  # [time, qpos...]
+        consequence = self._consequence
+        if consequence is not None and qpos.shape != (consequence.model.nq,):
+            self._scene_state_rejected += 1
+            now = time.monotonic()
+            if now - self._scene_state_reported >= 1.0:  # a broken stream must not flood
+                self._scene_state_reported = now
+                self._publish_events([{"event": "scene_state_rejected", "values": int(qpos.size),
+                                       "count": self._scene_state_rejected}])  # fmt: skip
+            return
+        self._scene_qpos = qpos
 
     # -- gate --------------------------------------------------------------------------------
     def _tick(self) -> None:

@@ -33,6 +33,8 @@ class GateConfig:
     max_command_lead: float = 0.25  # s a command's stamp may lie ahead of now
     gripper_deadband: float = 0.0005  # m of width change worth a gripper command
     event_interval: float = 1.0  # s between repeated events of one kind (counts accumulate)
+    # s the clock may step back before the gate counts it as a jump (and restarts its watchdog).
+    clock_jump_tolerance: float = 0.02
 
 
 @dataclass
@@ -71,6 +73,7 @@ class CommandGate:
         self.state_stamp: float | None = None
         self.last_command_time: float | None = None  # receive time of the last fresh command
         self.stop_started: float | None = None
+        self.latest_now = -math.inf  # the time of the previous tick()
         self._events: list[dict] = []
         self._throttle: dict[str, tuple[float, int]] = {}
 
@@ -142,6 +145,9 @@ class CommandGate:
     # -- the control-rate step ---------------------------------------------------------------
     def tick(self, now: float) -> GateOutput:
         cfg = self.config
+        if now < self.latest_now - cfg.clock_jump_tolerance:
+            self._clock_jumped_back(now)
+        self.latest_now = now
         if self.mode == RUNNING:
             if now - self.last_command_time > cfg.command_timeout:
                 self._begin_stop(STOPPING, now, "command_timeout",
@@ -187,6 +193,16 @@ class CommandGate:
         self.mode = RUNNING
         self._event("armed", now, gap_rad=gap)
         return True
+
+    def _clock_jumped_back(self, now: float) -> None:
+        """A backward jump (sim reset, a bad /clock) puts every receive time seen so far in the
+        future, which would blind the timeout watchdog: count the silence from now on."""
+        self._event("clock_jump", now, throttled=True, jump_s=now - self.latest_now)
+        if self.last_command_time is not None:
+            self.last_command_time = min(self.last_command_time, now)
+        if self._target_stamp is not None:
+            self._target_stamp = min(self._target_stamp, now)
+        self._target_velocity_until = min(self._target_velocity_until, now)
 
     def _begin_stop(self, mode: str, now: float, kind: str, **numbers) -> None:
         self.mode = mode

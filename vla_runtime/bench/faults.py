@@ -1,0 +1,664 @@
+"""`vla-runtime bench faults`: inject faults into the closed simulated loop and measure the
+safety layer's answer (issue 5 acceptance).
+
+The loop is the sim stack's, every node its own process on a private ROS domain: sim driver
+(MuJoCo arm, /clock), scene and wrist cameras, engine, fault injector, safety, streamer. The
+engine runs its remote back end against a scripted policy served from this process (a smooth
+sway around the home pose, re-anchored on the observed state each chunk), so the arm really
+moves when a fault hits; random tiny weights would only produce vetoed chunks and a still arm.
+The fault injector sits between the engine and the safety node (and between the cameras and
+the engine) to drop, delay and freeze; processes are killed with SIGKILL and restarted; the
+bench itself publishes the bad /clock, malformed messages and garbage commands.
+
+Per fault, from what a recorder node in this process saw:
+- unsafe_commands: commands on /forward_position_controller/commands that break a limit of
+  config/robots/<robot>.yaml by finite differences (position less the margin, velocity,
+  acceleration, jerk; one control period apart; a restarted gate is judged across its gap);
+- detection_ms: fault onset -> the first reaction of the safety layer on /vla/safety/events
+  (anything but an accept/clip verdict); null when the streamer absorbed the fault;
+- stop_ms: reference -> the simulated arm at rest (every joint < 0.02 rad/s in /joint_states,
+  for 0.2 s); the reference is the fault onset, or the last fresh command for faults that
+  silence the command stream, where stop_bound_ms = command timeout + deceleration from the
+  speed at the fault + tracking allowance applies;
+- chunks_unaccounted: chunks that reached /vla/action_chunk with no verdict in the event log.
+Times are sim time (the driver's /joint_states stamps, immune to the /clock faults).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from vla_runtime.core import topics
+from vla_runtime.core.isolation import claim_domain
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
+from vla_runtime.core.stack import NodeSpec, params_file_content, resolve_stack, ros_arguments
+from vla_runtime.engine.model import default_spec
+from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
+
+ALL_FAULTS = (
+    "baseline",
+    "drop_1",
+    "drop_3",
+    "drop_all",
+    "delay_50ms",
+    "delay_200ms",
+    "delay_1000ms",
+    "frozen_camera",
+    "garbage_commands",
+    "malformed_inputs",
+    "clock_jump_ahead",
+    "clock_jump_back",
+    "kill_engine",
+    "kill_streamer",
+    "kill_safety",
+)
+QUICK_FAULTS = ("drop_3", "delay_1000ms", "kill_streamer", "kill_safety")
+REST_SPEED = 0.02  # rad/s: the arm counts as at rest below this on every joint
+MOVING_SPEED = 0.05  # rad/s: the loop counts as running above this
+FAST_SPEED = 0.25  # rad/s: faults strike once a joint moves this fast (the sway peaks at 0.31)
+SETTLE_ALLOWANCE_S = 0.4  # s: the sim arm's servo settling on a held setpoint (~0.35 s measured)
+SILENCING = {"kill_streamer", "kill_safety", "clock_jump_ahead"}  # commands go stale or stop
+FAULT_COMMAND = "/vla/fault/command"
+FAULT_EVENTS = "/vla/fault/events"
+
+
+# -- the scripted policy behind the engine ---------------------------------------------------
+
+
+class SwayPolicy:
+    """Sways joints 1 and 6 around home; each chunk starts at the observed state and converges
+    to the sway path with time constant `tau_s`, so it always passes the continuity check."""
+
+    def __init__(self, image_size: int, amplitude=(0.15, 0, 0, 0, 0, 0.15, 0), period_s=3.0,
+                 tau_s=0.3):  # fmt: skip
+        self.spec = default_spec(image_size=image_size)
+        self.home = np.array(load_robot("fr3").home)
+        self.amplitude = np.asarray(amplitude, dtype=float)
+        self.omega = 2 * math.pi / period_s
+        self.tau = tau_s
+
+    def path(self, t: np.ndarray) -> np.ndarray:
+        return self.home + np.multiply.outer(np.sin(self.omega * t), self.amplitude)
+
+    def infer(self, observation: Observation, compute_mode: ComputeMode = ComputeMode(),
+              plan=None) -> ActionChunk:  # fmt: skip
+        spec = self.spec
+        state = np.asarray(observation.state, dtype=float)
+        offsets = spec.dt * (np.arange(spec.chunk_len) + 1)
+        start = observation.stamp
+        gap = state[:7] - self.path(np.array([start]))[0]
+        arm = self.path(start + offsets) + np.multiply.outer(np.exp(-offsets / self.tau), gap)
+        gripper = np.full((spec.chunk_len, 1), state[7])
+        actions = np.hstack([arm, gripper]).astype(np.float32)
+        return ActionChunk(actions=actions, stamp=start, mode=compute_mode)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeProcess:
+    spec: NodeSpec
+    module: str
+    popen: subprocess.Popen | None = None
+    starts: int = 0
+
+
+class Processes:
+    def __init__(self, env: dict, workdir: Path):
+        self.env, self.workdir = env, workdir
+        self.nodes: dict[str, NodeProcess] = {}
+
+    def start(self, node: NodeProcess) -> None:
+        self.nodes[node.spec.name] = node
+        params = self.workdir / f"{node.spec.name}.params.yaml"
+        params.write_text(params_file_content(node.spec))
+        node.starts += 1
+        log = open(self.workdir / f"{node.spec.name}.{node.starts}.log", "w")  # noqa: SIM115
+        node.popen = subprocess.Popen(
+            [sys.executable, "-m", node.module, *ros_arguments(node.spec, str(params))],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+
+    def kill(self, name: str) -> None:
+        popen = self.nodes[name].popen
+        popen.kill()
+        popen.wait()
+
+    def restart(self, name: str) -> None:
+        self.start(self.nodes[name])
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.nodes.items() if p.popen.poll() is not None]
+
+    def stop_all(self) -> None:
+        alive = [p.popen for p in self.nodes.values() if p.popen and p.popen.poll() is None]
+        for popen in alive:
+            popen.terminate()
+        deadline = time.monotonic() + 15.0
+        for popen in alive:
+            try:
+                popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+
+    def log_tail(self, name: str, lines: int = 15) -> list[str]:
+        node = self.nodes[name]
+        path = self.workdir / f"{name}.{node.starts}.log"
+        return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
+
+
+def bench_nodes(settings: dict, endpoint: str) -> list[NodeProcess]:
+    from vla_runtime.launcher import node_module
+
+    stack = resolve_stack(
+        "sim",
+        {
+            "policy": True,
+            "backend": "remote",
+            "image_size": settings["image_size"],
+            "camera_fps": settings["camera_fps"],
+        },
+    )
+    nodes = []
+    for spec in stack.nodes:
+        params, remaps = dict(spec.parameters), dict(spec.remappings)
+        if spec.name == "engine":
+            params.update(endpoint=endpoint, remote_timeout_s=5.0)
+            remaps[topics.ACTION_CHUNK] = "/vla/action_chunk_raw"
+        elif spec.executable == "vla-camera":
+            name = params["camera_name"]
+            remaps[topics.camera_image(name)] = f"/vla/fault/cameras/{name}/image_raw"
+        elif spec.name == "safety":
+            params["consequence"] = settings["consequence"]
+        nodes.append(NodeProcess(replace(spec, parameters=params, remappings=tuple(remaps.items())),
+                                 node_module(spec.executable)))  # fmt: skip
+    injector = NodeSpec("fault_injector", "", {"use_sim_time": True, "cameras": ["scene", "wrist"]})
+    nodes.append(NodeProcess(injector, "vla_runtime.nodes.fault_injector"))
+    return nodes
+
+
+# -- what the bench sees ---------------------------------------------------------------------
+
+
+class Recorder:
+    """A node in this process that records the loop and publishes the bench's own faults.
+    `sim_now` is the driver's latest /joint_states stamp, which bad /clock messages cannot move."""
+
+    def __init__(self, domain_id: int, robot):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+        from rosgraph_msgs.msg import Clock
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Bool, Empty, Float64MultiArray, String
+        from trajectory_msgs.msg import JointTrajectory
+
+        self.robot = robot
+        self.ctx = Context()
+        rclpy.init(context=self.ctx, domain_id=domain_id)
+        self.node = rclpy.create_node("fault_bench", context=self.ctx)
+        self.sim_now = 0.0
+        self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
+        self.outputs: list[tuple[float, list]] = []  # (sim time received, driver command)
+        self.events: list[tuple[float, dict]] = []
+        self.chunks: list[tuple[float, float]] = []  # (sim time received, chunk stamp)
+        self.commands: list[float] = []  # sim time each /vla/command arrived
+        self.injected: list[dict] = []
+
+        def on_state(msg):
+            try:  # the bench publishes malformed joint states itself: not the arm's
+                index = {n: i for i, n in enumerate(msg.name)}
+                cols = [index[j] for j in robot.joints]
+                q, dq = np.array(msg.position)[cols], np.array(msg.velocity)[cols]
+            except (KeyError, IndexError):
+                return
+            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            self.sim_now = stamp
+            self.states.append((stamp, q, dq))
+
+        sub, pub = self.node.create_subscription, self.node.create_publisher
+        sub(JointState, topics.JOINT_STATES, on_state, 100)
+        sub(Float64MultiArray, topics.forward_command(robot.controllers["forward_position"]),
+            lambda m: self.outputs.append((self.sim_now, list(m.data))), 10000)  # fmt: skip
+        sub(String, topics.SAFETY_EVENTS,
+            lambda m: self.events.append((self.sim_now, json.loads(m.data))), 10000)  # fmt: skip
+        sub(JointTrajectory, topics.ACTION_CHUNK, lambda m: self.chunks.append(
+            (self.sim_now, m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)), 1000)  # fmt: skip
+        sub(JointState, topics.COMMAND, lambda m: self.commands.append(self.sim_now), 1000)
+        sub(String, FAULT_EVENTS, lambda m: self.injected.append(json.loads(m.data)), 1000)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)  # fmt: skip
+        self.pubs = {
+            "fault": pub(String, FAULT_COMMAND, 10),
+            "clock": pub(Clock, topics.CLOCK, 10),
+            "command": pub(JointState, topics.COMMAND, 100),
+            "state": pub(JointState, topics.JOINT_STATES, 10),
+            "chunk": pub(JointTrajectory, topics.ACTION_CHUNK, 10),
+            "estop_reset": pub(Empty, "/vla/estop/reset", 10),
+            "estop": pub(Bool, topics.ESTOP, 10),
+            "scene_xml": pub(String, topics.SIM_SCENE_XML, latched),
+            "scene_state": pub(Float64MultiArray, topics.SIM_SCENE_STATE, 10),
+        }
+        self._executor = SingleThreadedExecutor(context=self.ctx)
+        self._executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            self._executor.spin_once(timeout_sec=0.05)
+
+    def speed(self, window_s: float = 0.2) -> float:
+        recent = [dq for t, _, dq in self.states[-200:] if t >= self.sim_now - window_s]
+        return float(np.abs(np.array(recent)).max()) if recent else 0.0
+
+    def running(self) -> bool:
+        """The loop is closed: the arm moves and the gate has sent a command just now."""
+        fresh = self.outputs and self.outputs[-1][0] >= self.sim_now - 0.1
+        return bool(fresh) and self.speed() > MOVING_SPEED
+
+    def wait(self, condition, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def sim_sleep(self, seconds: float, timeout_s: float = 60.0) -> None:
+        end = self.sim_now + seconds
+        self.wait(lambda: self.sim_now >= end, timeout_s)
+
+    def fault(self, **command) -> None:
+        from std_msgs.msg import String
+
+        self.pubs["fault"].publish(String(data=json.dumps(command)))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+
+# -- the faults the bench publishes itself ---------------------------------------------------
+
+
+def _stamp(msg_stamp, seconds: float) -> None:
+    msg_stamp.sec, msg_stamp.nanosec = divmod(round(seconds * 1e9), 10**9)
+
+
+def publish_bad_clock(rec: Recorder, offset_s: float, seconds: float = 0.2) -> None:
+    """/clock messages `offset_s` away from the sim's, interleaved with the driver's own."""
+    from rosgraph_msgs.msg import Clock
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        msg = Clock()
+        _stamp(msg.clock, rec.sim_now + offset_s)
+        rec.pubs["clock"].publish(msg)
+        time.sleep(0.004)
+
+
+def publish_garbage_commands(rec: Recorder, seconds: float = 1.0, seed: int = 0) -> None:
+    """NaN/Inf, far out of range and 0.5 rad steps on /vla/command next to the streamer's."""
+    from sensor_msgs.msg import JointState
+
+    rng = np.random.default_rng(seed)
+    names = [*rec.robot.joints, rec.robot.gripper_joints[0]]
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        q = rec.states[-1][1].copy()
+        kind = rng.integers(3)
+        j = rng.integers(len(q))
+        q[j] = (rng.choice([math.nan, math.inf, -math.inf]), rng.choice([-10.0, 10.0]),
+                q[j] + rng.choice([-0.5, 0.5]))[kind]  # fmt: skip
+        msg = JointState(name=names, position=[*map(float, q), 0.04])
+        _stamp(msg.header.stamp, rec.sim_now)
+        rec.pubs["command"].publish(msg)
+        time.sleep(0.004)
+
+
+def publish_malformed_inputs(rec: Recorder) -> int:
+    """Malformed messages on every input of the safety node; returns how many were chunks."""
+    from builtin_interfaces.msg import Duration
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Bool, Empty, Float64MultiArray
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    names = [*rec.robot.joints, rec.robot.gripper_joints[0]]
+    pubs = rec.pubs
+    pubs["state"].publish(JointState(name=names[:3], position=[0.0] * 3))
+    pubs["state"].publish(JointState(name=names, position=[0.0] * 2))
+    pubs["command"].publish(JointState(name=["x"] * 8, position=[0.0] * 8))
+    pubs["command"].publish(JointState(name=names, position=[0.0]))
+    pubs["scene_state"].publish(Float64MultiArray(data=[1.0, 2.0]))
+    pubs["estop_reset"].publish(Empty())  # a reset with nothing latched must change nothing
+    pubs["estop"].publish(Bool(data=False))
+
+    def chunk(rows, times, joint_names=names):
+        msg = JointTrajectory(joint_names=list(joint_names))
+        _stamp(msg.header.stamp, rec.sim_now)
+        for row, t in zip(rows, times, strict=False):
+            sec, nanosec = divmod(round(t * 1e9), 10**9)
+            point = JointTrajectoryPoint(positions=[float(v) for v in row])
+            point.time_from_start = Duration(sec=sec, nanosec=nanosec)
+            msg.points.append(point)
+        return msg
+
+    q = [*rec.states[-1][1].tolist(), 0.04]
+    bad = [
+        chunk([q, [0.0], q], [0.1, 0.2, 0.3]),  # ragged
+        chunk([], []),  # no points
+        chunk([q] * 3, [0.1, 0.2, 0.3], [*names[:7], names[0]]),  # duplicated names
+        chunk([q] * 3, [0.1, 0.3, 0.2]),  # time going backwards
+        chunk([[math.nan] * 8, q, q], [0.1, 0.2, 0.3]),  # NaN
+    ]
+    for msg in bad:
+        pubs["chunk"].publish(msg)
+        time.sleep(0.05)
+    return len(bad)
+
+
+# -- one fault -------------------------------------------------------------------------------
+
+
+@dataclass
+class Window:
+    name: str
+    start: float  # sim time the window (and the fault) began
+    onset: float
+    reference: float  # stop_ms counts from here
+    end: float = math.nan
+    marks: dict | None = None
+    speed: float = 0.0
+    recovered_s: float | None = None
+    safety_down: tuple[float, float] | None = None
+    end_outputs: int = 0  # len(rec.outputs) when the window closed
+    end_injected: int = 0
+    chunks_sent: int = 0
+    chunks_while_down: int = 0
+    unaccounted: int = 0
+
+
+def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window:
+    marks = {"outputs": len(rec.outputs), "events": len(rec.events), "states": len(rec.states),
+             "chunks": len(rec.chunks), "injected": len(rec.injected)}  # fmt: skip
+    # Strike while the arm moves fast, so that stopping it is a real test.
+    rec.wait(lambda: rec.speed(0.05) > FAST_SPEED, 5.0)
+    now = rec.sim_now
+    window = Window(name, now, now, now, marks=marks, speed=rec.speed(0.05))
+    observe = settings["observe_s"]
+    if name == "baseline":
+        pass
+    elif name.startswith("drop_"):
+        count = name.removeprefix("drop_")
+        if count == "all":
+            rec.fault(fault="drop", seconds=observe)
+        else:
+            rec.fault(fault="drop", count=int(count))
+    elif name.startswith("delay_"):
+        rec.fault(fault="delay", seconds=float(name[6:-2]) / 1e3, count=3)
+    elif name == "frozen_camera":
+        rec.fault(fault="freeze", camera="scene", seconds=observe)
+    elif name == "garbage_commands":
+        publish_garbage_commands(rec)
+    elif name == "malformed_inputs":
+        publish_malformed_inputs(rec)
+    elif name.startswith("clock_jump"):
+        publish_bad_clock(rec, 2.0 if name.endswith("ahead") else -2.0)
+    elif name.startswith("kill_"):
+        node = name.removeprefix("kill_")
+        last = rec.commands[-1] if node == "streamer" and rec.commands else None
+        procs.kill(node)
+        window.onset = rec.sim_now
+        window.reference = last if last is not None else window.onset
+    else:
+        raise ValueError(f"unknown fault {name!r}; choose from {ALL_FAULTS}")
+    rec.sim_sleep(observe)
+    if name.startswith("kill_"):
+        node = name.removeprefix("kill_")
+        procs.restart(node)
+        if node == "safety":
+            window.safety_down = (window.onset, _first_chunk_of_new_safety(rec, window, 120.0))
+    rec.fault(fault="clear")
+    started = rec.sim_now
+    if rec.wait(rec.running, settings["recover_timeout_s"]):
+        window.recovered_s = rec.sim_now - started
+    window.end = rec.sim_now
+    return window
+
+
+def _first_chunk_of_new_safety(rec: Recorder, window: Window, timeout_s: float) -> float:
+    """When the chunk that a restarted safety node numbers 1 reached /vla/action_chunk: every
+    chunk sent before it went to no safety node at all (DDS delivers one publisher in order)."""
+    first = []
+
+    def seen() -> bool:
+        events = rec.events[window.marks["events"] :]
+        first[:] = [e for t, e in events if t >= window.onset and e.get("chunk") == 1][:1]
+        return bool(first)
+
+    if not rec.wait(seen, timeout_s):
+        return rec.sim_now
+    stamp = round(first[0]["stamp"], 6)
+    return next((t for t, s in reversed(rec.chunks) if round(s, 6) == stamp), rec.sim_now) - 1e-6
+
+
+def summarize(window: Window, rec: Recorder, audit, gate_config: dict, settings: dict) -> dict:
+    m = window.marks
+    in_window = [i for i in audit.unsafe_indices if m["outputs"] <= i < window.end_outputs]
+    states = [s for s in rec.states[m["states"] :] if s[0] <= window.end]
+    events = [(t, e) for t, e in rec.events[m["events"] :] if t <= window.end]
+    reaction = next(
+        ((t, e) for t, e in events
+         if window.onset <= t <= window.onset + settings["observe_s"]
+         and not (e.get("event") == "chunk"
+                                       and e.get("verdict") in ("accept", "clip"))
+         and e.get("event") != "armed"),
+        None,
+    )  # fmt: skip
+    stop = None
+    if states:
+        times = [s[0] for s in states]
+        stop = time_to_rest(times, [s[2] for s in states], window.reference, REST_SPEED)
+    verdicts: dict[str, int] = {}
+    for _, e in events:
+        if e.get("event") == "chunk":
+            verdicts[e["verdict"]] = verdicts.get(e["verdict"], 0) + 1
+    injected = rec.injected[m["injected"] : window.end_injected]
+    result = {
+        "fault": window.name,
+        "moving_at_fault_rad_s": round(window.speed, 4),
+        "detection_ms": None if reaction is None else round(1e3 * (reaction[0] - window.onset), 1),
+        "reaction": None if reaction is None else _describe(reaction[1]),
+        "stop_ms": None if stop is None else round(1e3 * stop, 1),
+        "unsafe_commands": len(in_window),
+        "commands": window.end_outputs - m["outputs"],
+        "chunks_sent": window.chunks_sent,
+        "chunks_withheld": sum(e.get("fate") == "drop" for e in injected if e["event"] == "chunk"),
+        "chunks_delayed": sum(e.get("fate") == "delay" for e in injected if e["event"] == "chunk"),
+        "verdicts": verdicts,
+        "chunks_unaccounted": window.unaccounted,
+        "recovered_s": None if window.recovered_s is None else round(window.recovered_s, 2),
+    }
+    if window.safety_down is not None:
+        result["chunks_while_safety_down"] = window.chunks_while_down
+    if window.name in SILENCING:
+        decel = window.speed / min(rec.robot.acceleration)
+        bound = gate_config["command_timeout"] + decel + SETTLE_ALLOWANCE_S
+        if window.name == "kill_safety":  # the driver holds its last setpoint at once
+            bound = decel + SETTLE_ALLOWANCE_S
+        result["stop_bound_ms"] = round(1e3 * bound, 1)
+        result["stopped_in_time"] = stop is not None and stop <= bound
+    return result
+
+
+def _describe(event: dict) -> str:
+    if event.get("event") == "chunk":
+        return f"chunk {event['verdict']}: {'; '.join(event.get('reasons', []))[:80]}"
+    return event.get("event", "?")
+
+
+def account(windows: list[Window], rec: Recorder) -> None:
+    """Match every chunk that reached /vla/action_chunk with a verdict; attribute the rest to
+    the window in which it was sent (or to the safety node being down, when it was)."""
+    verdicts = [e["stamp"] for _, e in rec.events if e.get("event") == "chunk"]
+    missing = set(unjudged_chunks([stamp for _, stamp in rec.chunks], verdicts))
+    for i, (received, _) in enumerate(rec.chunks):
+        w = next((w for w in windows if w.start <= received <= w.end), None)
+        if w is None:
+            continue
+        w.chunks_sent += 1
+        if i not in missing:
+            continue
+        down = w.safety_down
+        if down is not None and down[0] <= received <= down[1]:
+            w.chunks_while_down += 1
+        else:
+            w.unaccounted += 1
+
+
+# -- the bench -------------------------------------------------------------------------------
+
+
+def run_bench(
+    faults=ALL_FAULTS,
+    observe_s: float = 3.0,
+    image_size: int = 64,
+    camera_fps: float = 10.0,
+    consequence: str = "auto",
+    startup_timeout_s: float = 240.0,
+    recover_timeout_s: float = 40.0,
+    progress: bool = True,
+) -> dict:
+    from vla_runtime.engine.remote import PolicyServer
+
+    settings = dict(observe_s=observe_s, image_size=image_size, camera_fps=camera_fps,
+                    consequence=consequence, recover_timeout_s=recover_timeout_s)  # fmt: skip
+    robot = load_robot("fr3")
+    claim = claim_domain()
+    env = claim.env()
+    env.update(PYTHONUNBUFFERED="1", RCUTILS_COLORIZED_OUTPUT="0")
+    env.setdefault("MUJOCO_GL", "egl")
+    started = time.monotonic()
+    server = PolicyServer(SwayPolicy(image_size), bind="tcp://127.0.0.1:0").start()
+    rec = None
+    windows: list[Window] = []
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: 0)
+    with tempfile.TemporaryDirectory(prefix="vla_fault_bench_") as tmp:
+        procs = Processes(env, Path(tmp))
+        try:
+            rec = Recorder(claim.domain_id, robot)
+            for node in bench_nodes(settings, server.endpoint):
+                procs.start(node)
+            say(f"fault bench: {len(procs.nodes)} nodes on ROS_DOMAIN_ID={claim.domain_id}")
+            if not rec.wait(rec.running, startup_timeout_s):
+                dead = procs.dead()
+                raise RuntimeError(
+                    f"the loop did not start moving in {startup_timeout_s:.0f} s; dead: {dead}; "
+                    + " | ".join(f"{n}: {procs.log_tail(n, 5)}" for n in (dead or ["safety"]))
+                )
+            say(f"loop running after {time.monotonic() - started:.0f} s")
+            for name in faults:
+                rec.wait(rec.running, recover_timeout_s)
+                window = inject(name, rec, procs, settings)
+                window.end_outputs = len(rec.outputs)
+                window.end_injected = len(rec.injected)
+                windows.append(window)
+                say(f"  {name}: recovered in {window.recovered_s} s")
+            rec.sim_sleep(1.0)  # the last verdicts
+            dead = procs.dead()
+        finally:
+            procs.stop_all()
+            if rec is not None:
+                rec.close()
+            server.close()
+            claim.release()
+
+    gate_config = {"command_timeout": 0.1, "period": 0.004}
+    segment_starts, gaps = _restarts(windows, rec)
+    outputs = [o for _, o in rec.outputs]
+    audit = audit_commands(outputs, robot, gate_config["period"], segment_starts, gaps)
+    account(windows, rec)
+    results = [summarize(w, rec, audit, gate_config, settings) for w in windows]
+    total_unsafe = sum(r["unsafe_commands"] for r in results)
+    total_unaccounted = sum(r["chunks_unaccounted"] for r in results)
+    return {
+        "benchmark": "faults",
+        "faults": results,
+        "unsafe_commands": total_unsafe,
+        "chunks_unaccounted": total_unaccounted,
+        "all_stopped_in_time": all(r.get("stopped_in_time", True) for r in results),
+        "commands_audited": audit.commands,
+        "worst_limit_ratio": {k: round(v, 4) for k, v in audit.worst_ratio.items()},
+        "nodes_dead_at_end": dead,
+        "wall_s": round(time.monotonic() - started, 1),
+        "settings": {
+            **settings,
+            "robot": robot.name,
+            "limits": f"config/robots/fr3.yaml (position margin {robot.position_margin} rad)",
+            "command_timeout_s": gate_config["command_timeout"],
+            "control_period_s": gate_config["period"],
+            "rest_speed_rad_s": REST_SPEED,
+            "settle_allowance_s": SETTLE_ALLOWANCE_S,
+            "policy": "scripted sway via the engine's remote back end",
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+        },
+    }
+
+
+def _restarts(windows: list[Window], rec: Recorder) -> tuple[list[int], list[float]]:
+    """Indices of the first command of each restarted gate, and how long the arm held before."""
+    starts, gaps = [], []
+    times = [t for t, _ in rec.outputs]
+    for w in windows:
+        if w.safety_down is None:
+            continue
+        first = next((i for i in range(w.marks["outputs"], len(times))
+                      if times[i] > w.safety_down[0] + 0.05), None)  # fmt: skip
+        if first is not None and first > 0:
+            starts.append(first)
+            gaps.append(times[first] - times[first - 1])
+    return starts, gaps
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--faults", default=",".join(ALL_FAULTS))
+    parser.add_argument("--observe", type=float, default=3.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = run_bench(faults=args.faults.split(","), observe_s=args.observe)
+    print(json.dumps(result, indent=None if args.json else 2))
+    ok = result["unsafe_commands"] == 0 and result["chunks_unaccounted"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""After-the-fact checks of a recorded run (fault bench, fault tests): what reached the driver,
+when the arm came to rest, and whether every chunk got a verdict. Pure logic, no ROS."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from vla_runtime.core.robot import RobotConfig
+
+RELATIVE_TOLERANCE = 1e-6  # float rounding of the gate's own arithmetic
+
+
+@dataclass(frozen=True)
+class CommandAudit:
+    commands: int
+    unsafe: int  # commands that break a limit (each counted once)
+    reasons: dict  # limit -> number of commands breaking it
+    worst_ratio: dict  # limit -> largest |value| / limit seen
+    unsafe_indices: tuple[int, ...] = ()
+
+
+def audit_commands(
+    positions,
+    robot: RobotConfig,
+    period: float,
+    segment_starts=(),
+    gaps_s=(),
+) -> CommandAudit:
+    """Check a sequence of arm position commands, one per control period, by finite differences:
+    finite, the right size, inside the position limits less the margin, and velocity,
+    acceleration and jerk within the robot's limits.
+
+    `segment_starts` are indices where a new gate took over (a restarted safety node): the
+    arm held still for `gaps_s[i]` seconds before, so only the position change across the gap,
+    over that time, is checked there (derivatives restart from rest)."""
+    dof = robot.dof
+    rows = [np.asarray(p, dtype=float) for p in positions]
+    reasons: Counter = Counter()
+    bad = np.zeros(len(rows), dtype=bool)
+    shaped = np.array([r.shape == (dof,) and np.isfinite(r).all() for r in rows], dtype=bool)
+    reasons["malformed"] = int((~shaped).sum())
+    bad |= ~shaped
+    worst = {}
+    if not shaped.any():
+        return CommandAudit(len(rows), int(bad.sum()), dict(+reasons), worst, _indices(bad))
+    q = np.array([r if ok else np.full(dof, np.nan) for r, ok in zip(rows, shaped, strict=True)])
+    lower = np.asarray(robot.position_min) + robot.position_margin
+    upper = np.asarray(robot.position_max) - robot.position_margin
+    with np.errstate(invalid="ignore"):
+        outside = ((q < lower - 1e-9) | (q > upper + 1e-9)).any(axis=1)
+    reasons["position"] = int(outside.sum())
+    bad |= outside
+    limits = {
+        "velocity": np.asarray(robot.velocity),
+        "acceleration": np.asarray(robot.acceleration),
+        "jerk": np.asarray(robot.jerk),
+    }
+    starts = sorted({0, *segment_starts})
+    bounds = [*starts[1:], len(rows)]
+    for i, (start, end) in enumerate(zip(starts, bounds, strict=True)):
+        if start > 0 and i - 1 < len(gaps_s):
+            step = np.abs(q[start] - q[start - 1]) / max(gaps_s[i - 1], period)
+            ratio = np.nanmax(step / limits["velocity"])
+            worst["velocity"] = max(worst.get("velocity", 0.0), float(ratio))
+            if ratio > 1 + RELATIVE_TOLERANCE:
+                reasons["velocity"] += 1
+                bad[start] = True
+        derivative = q[start:end]
+        for order, name in enumerate(("velocity", "acceleration", "jerk"), start=1):
+            derivative = np.diff(derivative, axis=0) / period
+            if len(derivative) == 0:
+                break
+            ratio = np.abs(derivative) / limits[name]
+            with np.errstate(invalid="ignore"):
+                over = (ratio > 1 + RELATIVE_TOLERANCE).any(axis=1)
+            if ratio.size and np.isfinite(ratio).any():
+                worst[name] = max(worst.get(name, 0.0), float(np.nanmax(ratio)))
+            reasons[name] += int(over.sum())
+            # The command that completes an offending difference is the one blamed.
+            bad[start + order : end] |= over
+    return CommandAudit(len(rows), int(bad.sum()), dict(+reasons), worst, _indices(bad))
+
+
+def _indices(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.nonzero(mask)[0])
+
+
+def time_to_rest(
+    times, velocities, after: float, threshold: float = 0.02, hold_s: float = 0.2
+) -> float | None:
+    """Seconds from `after` until the measured joint speed stays below `threshold` (rad/s, every
+    joint) for `hold_s`; None if it never does within the record."""
+    t = np.asarray(times, dtype=float)
+    speed = np.abs(np.asarray(velocities, dtype=float)).max(axis=1)
+    keep = t >= after
+    t, speed = t[keep], speed[keep]
+    moving = np.nonzero(speed >= threshold)[0]
+    candidates = [0] if len(moving) == 0 else [0, *(moving + 1)]
+    for i in candidates:
+        if i >= len(t):
+            return None
+        nxt = moving[moving >= i]
+        until = t[nxt[0]] if len(nxt) else t[-1]
+        if until - t[i] >= hold_s:
+            return float(t[i] - after)
+    return None
+
+
+def unjudged_chunks(sent, verdict_stamps) -> list[int]:
+    """Indices of the chunks in `sent` (their stamps, in order of arrival) that no verdict in
+    `verdict_stamps` answers, matching by stamp as a multiset (a frozen camera can stamp two
+    chunks alike)."""
+    left = Counter(round(s, 6) for s in verdict_stamps)
+    missing = []
+    for i, stamp in enumerate(sent):
+        key = round(stamp, 6)
+        if left[key] > 0:
+            left[key] -= 1
+        else:
+            missing.append(i)
+    return missing
