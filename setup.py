@@ -46,6 +46,7 @@ setup(
             "vla-safety = vla_runtime.nodes.safety:main",
             "vla-franky-driver = vla_runtime.drivers.franky_driver:main",
             "vla-ur-driver = vla_runtime.drivers.ur_rtde_driver:main",
+            "vla-fault-injector = vla_runtime.nodes.fault_injector:main",
         ],
     },
 )

@@ -60,6 +60,10 @@ def _bench(args: argparse.Namespace) -> int:
         from vla_runtime.bench.driver import run_bench
 
         result = run_bench(seconds=args.seconds or 60.0)
+    elif args.name == "faults":
+        from vla_runtime.bench.faults import run_bench
+
+        result = run_bench()
     elif args.name == "streamer":
         from vla_runtime.bench.streamer import run_bench
 
@@ -97,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.set_defaults(func=_launch)
 
     bench = sub.add_parser("bench", help="run a benchmark; prints one JSON object")
-    bench.add_argument("name", choices=["sim", "engine", "transport", "streamer", "driver"])
+    bench.add_argument("name", choices=["sim", "engine", "transport", "streamer", "driver", "faults"])
     bench.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
     bench.add_argument(
         "--seconds", type=float, help="run length (sim, streamer: default 5; driver: 60)"
