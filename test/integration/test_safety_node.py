@@ -254,3 +254,41 @@ def test_every_chunk_gets_one_verdict_and_only_executable_ones_pass(probe):
     last = clipped.points[-1].time_from_start
     assert last.sec + last.nanosec * 1e-9 == pytest.approx(0.1 + 0.3 * 6.0 / 5.26, abs=1e-6)
     assert probe.outputs == []  # chunks never command the arm directly
+
+
+def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_path):
+    """command_interface:=trajectory (franka_ros2 JTC, UR scaled JTC) with joint states from a
+    best-effort publisher, as franka_ros2's broadcasters publish them."""
+    from rclpy.qos import qos_profile_sensor_data
+
+    proc, log = start_safety(tmp_path, "command_interface:=trajectory")
+    probe = Probe(rclpy_context)
+    trajectories: list[JointTrajectory] = []
+    probe.node.create_subscription(
+        JointTrajectory, topics.trajectory_command("fr3_arm_controller"), trajectories.append, 1000
+    )
+    probe.state_pub = probe.node.create_publisher(
+        JointState, topics.JOINT_STATES, qos_profile_sensor_data
+    )
+    try:
+        probe.spin_until(lambda: probe.command_pub.get_subscription_count() > 0, "safety")
+        probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state sub")
+
+        def stream(t):
+            q = HOME.copy()
+            q[0] += 0.2 * math.sin(math.pi * t)
+            return q
+
+        probe.run(1.5, command=stream)
+    finally:
+        probe.close()
+        print(stop_safety(proc, log))
+    assert len(trajectories) > 100 and probe.outputs == []  # nothing on the forward topic
+    for msg in trajectories:
+        assert msg.joint_names == ARM and len(msg.points) == 1
+        assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (0, 0)  # start now
+        t = msg.points[0].time_from_start
+        assert t.sec == 0 and t.nanosec == round(PERIOD * 1e9)
+    positions = [(0.0, np.array(m.points[0].positions)) for m in trajectories]
+    assert_output_within_limits(positions)
+    assert max(abs(p[0] - HOME[0]) for _, p in positions) > 0.1  # it followed the sine

@@ -4,9 +4,12 @@
   /vla/checked_chunk, one /vla/safety/events entry per chunk (accept / clip / veto / stale).
   Checks run in a worker thread so the control-rate gate never waits on them; a chunk that is
   superseded before its check starts is reported stale.
-- /vla/command -> command gate, ticking at control_rate_hz -> forward position controller and
-  gripper commands. /vla/estop (Bool true) latches; only /vla/estop/reset (Empty) or setting the
-  parameter estop_reset clears it.
+- /vla/command -> command gate, ticking at control_rate_hz -> the arm's command topic
+  (`command_interface`: "forward_position" = /<forward controller>/commands, or "trajectory" =
+  a one-point JointTrajectory per tick on /<trajectory controller>/joint_trajectory, the way
+  MoveIt Servo streams to a JointTrajectoryController; UR's scaled controller then also applies
+  the pendant's speed scaling) and gripper commands. /vla/estop (Bool true) latches; only
+  /vla/estop/reset (Empty) or setting the parameter estop_reset clears it.
 A non-rated software layer: the robot's own safety controller and e-stop stay the last line.
 """
 
@@ -23,7 +26,7 @@ from builtin_interfaces.msg import Duration
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -109,9 +112,18 @@ class SafetyNode(Node):
         self._state: tuple[np.ndarray, np.ndarray, float] | None = None  # q, dq, stamp
 
         controllers = self.robot.controllers
-        self._arm_pub = self.create_publisher(
-            Float64MultiArray, topics.forward_command(controllers["forward_position"]), 10
-        )
+        self.command_interface = param("command_interface", "forward_position").value
+        if self.command_interface == "forward_position":
+            arm_topic = topics.forward_command(controllers["forward_position"])
+            self._arm_pub = self.create_publisher(Float64MultiArray, arm_topic, 10)
+        elif self.command_interface == "trajectory":
+            arm_topic = topics.trajectory_command(controllers["trajectory"])
+            self._arm_pub = self.create_publisher(JointTrajectory, arm_topic, 10)
+        else:
+            raise ValueError(
+                f"command_interface must be forward_position or trajectory, "
+                f"got {self.command_interface!r}"
+            )
         self._gripper_pub = (
             self.create_publisher(
                 Float64MultiArray, topics.forward_command(controllers["gripper"]), 10
@@ -125,7 +137,8 @@ class SafetyNode(Node):
         # Deep enough that a burst of chunks is superseded (and reported), not lost in DDS.
         sub(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 100)
         sub(JointState, topics.COMMAND, self._on_command, 10)
-        sub(JointState, self.robot.state_topic, self._on_state, 10)
+        # Best effort matches reliable and best-effort publishers (franka_ros2's broadcasters).
+        sub(JointState, self.robot.state_topic, self._on_state, qos_profile_sensor_data)
         sub(Bool, topics.ESTOP, self._on_estop, 10)
         sub(Empty, ESTOP_RESET, self._on_reset, 10)
         if self.consequence_mode != "off":
@@ -141,8 +154,7 @@ class SafetyNode(Node):
         self._worker.start()
         self.create_timer(gate_config.period, self._tick)
         self.get_logger().info(
-            f"safety for {self.robot.name}: gate at {rate:g} Hz -> "
-            f"{topics.forward_command(controllers['forward_position'])}, "
+            f"safety for {self.robot.name}: gate at {rate:g} Hz -> {arm_topic}, "
             f"timeout {gate_config.command_timeout * 1e3:.0f} ms"
         )
 
@@ -225,11 +237,24 @@ class SafetyNode(Node):
             return
         out = self.gate.tick(self._now())
         if out.arm is not None:
-            self._arm_pub.publish(Float64MultiArray(data=out.arm.tolist()))
+            self._arm_pub.publish(self._arm_message(out.arm))
         if out.gripper is not None and self._gripper_pub is not None:
             self._gripper_pub.publish(Float64MultiArray(data=[float(out.gripper)]))
         if out.events:
             self._publish_events(out.events, source="gate")
+
+    def _arm_message(self, arm: np.ndarray):
+        if self.command_interface == "forward_position":
+            return Float64MultiArray(data=arm.tolist())
+        # header.stamp 0 = "start now"; the point is reached one gate period later.
+        period_ns = round(self.gate.config.period * 1e9)
+        point = JointTrajectoryPoint(
+            positions=arm.tolist(),
+            time_from_start=Duration(
+                sec=period_ns // 1_000_000_000, nanosec=period_ns % 1_000_000_000
+            ),
+        )
+        return JointTrajectory(joint_names=list(self.robot.joints), points=[point])
 
     def _publish_events(self, events: list[dict], source: str = "gate") -> None:
         for event in events:
