@@ -280,3 +280,24 @@ def test_config_validation():
                 {"blend_window_s": -1.0}, {"margin_steps": -1}):  # fmt: skip
         with pytest.raises(ValueError):
             StreamerConfig(**bad)
+
+
+def test_resync_moves_only_a_held_command_to_the_measured_arm():
+    from vla_runtime.core.interpolation import Limits
+    from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
+
+    limits = Limits(
+        velocity=np.full(3, 2.0), acceleration=np.full(3, 10.0), jerk=np.full(3, 5000.0)
+    )
+    streamer = ActionStreamer(StreamerConfig(), limits, [0.0, 0.0, 0.04], arm_dof=2)
+    streamer.tick(1.0)  # no plan: holding at rest
+    assert not streamer.resync([0.02, 0.0], tolerance=0.03)  # within tolerance: untouched
+    assert streamer.resync([0.2, -0.1], tolerance=0.03)
+    np.testing.assert_array_equal(streamer.tick(1.004).position, [0.2, -0.1, 0.04])
+    assert streamer.metrics()["resyncs"] == 1
+    # While a plan runs, the arm may lag the command: no resync.
+    times = np.arange(1, 11) * 0.05
+    positions = np.column_stack([np.linspace(0.2, 0.3, 10), np.full(10, -0.1), np.full(10, 0.04)])
+    streamer.merge_chunk(1.004, 1.004, times, positions)
+    streamer.tick(1.008)
+    assert not streamer.resync([0.5, 0.5], tolerance=0.03)

@@ -186,6 +186,7 @@ class _Counters:
     chunks_rejected: int = 0
     requests_sent: int = 0
     requests_timed_out: int = 0
+    resyncs: int = 0
     last_rejection: str = ""
     handover_jumps: Reservoir = field(default_factory=lambda: Reservoir(2000))
     within_changes: Reservoir = field(default_factory=lambda: Reservoir(20000))
@@ -246,6 +247,23 @@ class ActionStreamer:
         if previous is not None and not self._holding:
             self._record_velocity_change(previous_velocity, dt, t_c)
         return self._setpoint(t_c)
+
+    def resync(self, measured_arm, tolerance: float) -> bool:
+        """While holding at rest, move the held command to the measured arm position when they
+        differ by more than `tolerance` (rad): after the safety gate stopped the arm (timeout,
+        e-stop) the arm is not where the plan left the command, and a gate only re-arms on a
+        command that agrees with the arm. Never while a plan runs (the arm lags legitimately)."""
+        measured = np.asarray(measured_arm, dtype=float)
+        held = self.state.position[: self.arm_dof]
+        at_rest = not np.any(self.state.velocity)
+        if not (self._holding and at_rest) or np.max(np.abs(measured - held)) <= tolerance:
+            return False
+        position = self.state.position.copy()
+        position[: self.arm_dof] = measured
+        self.state = MotionState.at_rest(position)
+        self.plan = None
+        self.counters.resyncs += 1
+        return True
 
     def _setpoint(self, t: float) -> Setpoint:
         s = self.state
@@ -507,6 +525,7 @@ class ActionStreamer:
             "requests_sent": c.requests_sent,
             "requests_timed_out": c.requests_timed_out,
             "tracker_failures": self.tracker.failures,
+            "resyncs": c.resyncs,
             "holding": self._holding,
             "remaining_steps": self.remaining_steps(),
             "delay_steps_p50": delay["p50"],

@@ -115,6 +115,9 @@ class StreamerNode(Node):
         if self.tick_source not in TICK_SOURCES:
             raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")
         stats_period_s = float(declare("stats_period_s", 1.0).value)
+        # Held command vs measured arm: beyond this (rad) the held command moves to the arm, so a
+        # safety gate that stopped the arm can re-arm (its start tolerance is 0.05 rad).
+        self.resync_tolerance = float(declare("resync_tolerance", 0.03).value)
         use_sim_time = bool(self.get_parameter("use_sim_time").value)
         if self.tick_source == "auto":
             self.tick_source = "timer" if use_sim_time else "thread"
@@ -222,9 +225,17 @@ class StreamerNode(Node):
     # ------------------------------------------------------------------ inputs
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if self.streamer is not None:
-            return  # commands are generated open loop from the plan once started
         index = {name: i for i, name in enumerate(msg.name)}
+        if self.streamer is not None:
+            # Commands follow the plan open loop; only a held command is brought to the arm.
+            if all(j in index for j in self.arm_joints) and len(msg.position) >= len(msg.name):
+                arm = [msg.position[index[j]] for j in self.arm_joints]
+                if all(math.isfinite(p) for p in arm):
+                    with self._lock:
+                        resynced = self.streamer.resync(arm, self.resync_tolerance)
+                    if resynced:
+                        self.get_logger().warning("held command moved to the measured arm")
+            return
         if any(j not in index for j in self.arm_joints) or len(msg.position) < len(msg.name):
             self._warn(f"joint state lacks arm joints {self.arm_joints}; not starting yet")
             return
