@@ -27,6 +27,11 @@ it by expansion. A cached camera block or prefix is reused at most `max_reuse` c
 then recomputed; a level whose cache is missing (first call, new instruction) falls back to
 the next lower level. `ActionChunk.mode` is the mode that actually ran, `timings_ms` has
 vision / backbone / action_head / total.
+
+`ActionChunk.info` also carries the scheduler's signals (`engine/signals.py`):
+`vision_similarity_<camera>` for each camera whose vision tokens were recomputed (against that
+camera's previous tokens) and `chunk_divergence` against the previous chunk of the same
+instruction over the steps both plan.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vla_runtime.engine import rtc
+from vla_runtime.engine import rtc, signals
 from vla_runtime.engine.checkpoint import Normalization
 from vla_runtime.engine.model import ModelConfig, text_bias, tokenize
 from vla_runtime.engine.policy import (
@@ -61,6 +66,7 @@ class CachedBlock:
     instruction: str
     kv: torch.Tensor
     reuses: int = 0
+    tokens: torch.Tensor | None = None  # the vision tokens, for the similarity signal
 
 
 @dataclass
@@ -179,10 +185,11 @@ class CachedPolicy(ABC):
         images, state, text_ids = self._check_observation(observation)
         plan_norm = self._check_plan(plan)
         timings = {"vision": 0.0, "backbone": 0.0, "action_head": 0.0}
+        similarities: dict[str, float] = {}
         start = time.perf_counter()
         with torch.no_grad():
             prefix, vision_level, reused = self._prefix_kv(
-                observation.instruction, mode, images, state, text_ids, timings
+                observation.instruction, mode, images, state, text_ids, timings, similarities
             )
             self.synchronize()
             head_start = time.perf_counter()
@@ -193,6 +200,7 @@ class CachedPolicy(ABC):
             timings["action_head"] = (time.perf_counter() - head_start) * 1e3
         timings["total"] = (time.perf_counter() - start) * 1e3
         info = {"steps": float(steps), "cameras_reused": float(reused), "candidates": float(count)}
+        info.update({f"vision_similarity_{name}": v for name, v in similarities.items()})
         best = 0
         if plan_norm is not None:
             guidance = rtc.make_guidance(plan_norm, self.spec.chunk_len)
@@ -200,6 +208,9 @@ class CachedPolicy(ABC):
                 dim=(1, 2)
             )
             best = int(cost.argmin())
+        divergence = self._divergence(normalised[best], observation)
+        if divergence is not None:
+            info["chunk_divergence"] = divergence
         normalised = normalised.detach().cpu()
         chunks = self.normalization.denormalize_actions(normalised.numpy()).astype(np.float32)
         if not np.isfinite(chunks).all():
@@ -213,8 +224,16 @@ class CachedPolicy(ABC):
         mode_applied = ComputeMode(vision_level, denoise_level, mode.stable_cameras)
         return chunks, (chunks[best], mode_applied, timings, info)
 
-    def _prefix_kv(self, instruction, mode, images, state, text_ids, timings):
-        """Returns (Prefix, vision level applied, cameras reused)."""
+    def _divergence(self, chunk: torch.Tensor, observation) -> float | None:
+        previous = self._previous
+        if previous is None or previous.instruction != observation.instruction:
+            return None
+        shift = round((observation.stamp - previous.stamp) / self.spec.dt)
+        return signals.chunk_divergence(chunk, previous.actions, shift)
+
+    def _prefix_kv(self, instruction, mode, images, state, text_ids, timings, similarities):
+        """Returns (Prefix, vision level applied, cameras reused); fills `similarities` for
+        the cameras it recomputes."""
         prefix = self._prefix
         if (
             mode.vision_level >= 4
@@ -266,7 +285,9 @@ class CachedPolicy(ABC):
             self.synchronize()
             timings["vision"] += (t1 - t0) * 1e3
             timings["backbone"] += (time.perf_counter() - t1) * 1e3
-            self._cameras[camera.name] = CachedBlock(instruction, kv)
+            if cached is not None and cached.tokens is not None:
+                similarities[camera.name] = signals.token_similarity(tokens, cached.tokens)
+            self._cameras[camera.name] = CachedBlock(instruction, kv, tokens=tokens)
             blocks.append(kv)
 
         t0 = time.perf_counter()

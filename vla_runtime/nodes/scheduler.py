@@ -1,0 +1,197 @@
+"""Scheduler node (`vla-scheduler`): phase-adaptive compute mode for the engine's next inference.
+
+Subscribes: /joint_states (arm speed, acceleration, travel, finger speed), every camera image
+(thumbnails for image-space change), /vla/engine/stats (what each inference ran + the engine's
+vision similarity and chunk divergence), /vla/safety/events (clip/veto), /vla/instruction (a
+new episode), /vla/command (commanded gripper opening) and /vla/action_chunk (gripper changes
+the newest plan is about to make).
+
+Publishes: /vla/compute_mode (std_msgs/String, ComputeMode JSON) whenever the decision
+changes, after every inference and every `republish_period_s`; /vla/scheduler/signals
+(DiagnosticArray: every signal, tier, demand, reasons and mode) with each of those. The logic is
+`core/scheduler.py`; thresholds come from `config` (YAML, default config/scheduler.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+from vla_runtime.core import topics
+from vla_runtime.core.paths import config_dir
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
+from vla_runtime.engine.policy import ComputeMode, PolicyError
+from vla_runtime.nodes.engine import image_from_msg, stamp_seconds
+from vla_runtime.nodes.runtime import run_node
+
+SCHEDULER_SIGNALS = "/vla/scheduler/signals"
+
+
+def _duration(d) -> float:
+    return d.sec + d.nanosec * 1e-9
+
+
+class SchedulerNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(kwargs.pop("node_name", "scheduler"), **kwargs)
+        declare = self.declare_parameter
+        config_path = declare("config", "").value or str(config_dir() / "scheduler.yaml")
+        robot = load_robot(declare("robot", "fr3").value)
+        cameras = declare("cameras", Parameter.Type.STRING_ARRAY).value or ["scene", "wrist"]
+        republish_s = float(declare("republish_period_s", 1.0).value)
+        self.config = SchedulerConfig.from_yaml(config_path)
+        self.arm_joints = list(robot.joints)
+        self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else ""
+        self.scheduler = PhaseScheduler(self.config, self._tcp_function(robot.name))
+        self.tracker = self.scheduler.tracker
+        self._published: ComputeMode | None = None
+        self.inferences = 0
+
+        self._mode_pub = self.create_publisher(String, topics.COMPUTE_MODE, 10)
+        self._signals_pub = self.create_publisher(DiagnosticArray, SCHEDULER_SIGNALS, 10)
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        sub = self.create_subscription
+        sub(JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data)
+        for camera in cameras:
+            sub(
+                Image,
+                topics.camera_image(camera),
+                lambda msg, c=camera: self._on_image(c, msg),
+                qos_profile_sensor_data,
+            )
+        sub(DiagnosticArray, topics.ENGINE_STATS, self._on_engine_stats, 10)
+        sub(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
+        sub(String, topics.INSTRUCTION, self._on_instruction, latched)
+        sub(JointState, topics.COMMAND, self._on_command, 10)
+        sub(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 10)
+        # The mode topic is volatile: repeat the decision for late joiners (a restarted engine)
+        # on a steady clock, which also ticks while simulated time stands still (lock-step).
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(republish_s, lambda: self._update(force=True), clock=steady)
+        self.get_logger().info(f"scheduler: {config_path}, cameras {cameras}")
+        self._update(force=True)  # the first inference runs full
+
+    @staticmethod
+    def _tcp_function(robot: str):
+        try:
+            from vla_runtime.core.kinematics import chain_for
+
+            return chain_for(robot).tcp_position
+        except (KeyError, ValueError):  # no kinematics for this robot: TCP speed not reported
+            return None
+
+    # -- inputs ----------------------------------------------------------------------------
+    def _on_joint_state(self, msg: JointState) -> None:
+        index = {name: i for i, name in enumerate(msg.name)}
+        if any(j not in index for j in self.arm_joints):
+            return
+        arm = [msg.position[index[j]] for j in self.arm_joints]
+        gripper = msg.position[index[self.gripper_joint]] if self.gripper_joint in index else None
+        t = stamp_seconds(msg.header.stamp) or self.get_clock().now().nanoseconds * 1e-9
+        self.tracker.joint_state(t, arm, gripper)
+
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            self.tracker.image(camera, image_from_msg(msg))
+        except ValueError as exc:
+            self.get_logger().warning(f"camera {camera}: {exc}", throttle_duration_sec=5.0)
+            return
+        self._update()
+
+    def _on_engine_stats(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.level != DiagnosticStatus.OK or not status.message.startswith("chunk"):
+                continue  # failures ran nothing
+            values = {kv.key: kv.value for kv in status.values}
+            try:
+                ran = ComputeMode.parse(values.get("mode", ""))
+            except PolicyError:
+                continue
+            info = {}
+            for key, value in values.items():
+                try:
+                    info[key] = float(value)
+                except ValueError:
+                    pass
+            self.scheduler.inference_done(ran, info)
+            self.inferences += 1
+            self._update(force=True)
+
+    def _on_safety_event(self, msg: String) -> None:
+        try:
+            event = json.loads(msg.data)
+        except json.JSONDecodeError:
+            return
+        if isinstance(event, dict) and isinstance(event.get("verdict"), str):
+            self.tracker.safety_event(event["verdict"])
+            self._update()
+
+    def _on_instruction(self, msg: String) -> None:
+        self.tracker.instruction()
+        self._update()
+
+    def _on_command(self, msg: JointState) -> None:
+        if self.gripper_joint in msg.name:
+            i = list(msg.name).index(self.gripper_joint)
+            if i < len(msg.position):
+                self.tracker.gripper_command(msg.position[i])
+
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        if self.gripper_joint not in msg.joint_names or len(msg.points) < 2:
+            return
+        column = list(msg.joint_names).index(self.gripper_joint)
+        dt = _duration(msg.points[1].time_from_start) - _duration(msg.points[0].time_from_start)
+        if dt <= 0:
+            return
+        openings = [p.positions[column] for p in msg.points]
+        self.tracker.plan(stamp_seconds(msg.header.stamp), dt, openings)
+        self._update()
+
+    # -- output ----------------------------------------------------------------------------
+    def _update(self, force: bool = False) -> None:
+        signals, decision = self.scheduler.decide()
+        if not force and decision.mode == self._published:
+            return
+        self._published = decision.mode
+        self._mode_pub.publish(String(data=decision.mode.to_json()))
+        fields = {
+            "mode": decision.mode.token,
+            "stable_cameras": ",".join(sorted(decision.mode.stable_cameras or ())),
+            "tier": decision.tier_name,
+            "demand": TIER_NAMES[decision.demand],
+            "reasons": ",".join(decision.reasons),
+            "inferences": str(self.inferences),
+            "since_full": str(self.scheduler.policy.since_full),
+            **{k: f"{v:.5g}" for k, v in signals.as_values().items()},
+        }
+        status = DiagnosticStatus(
+            level=DiagnosticStatus.OK,
+            name="scheduler",
+            message=f"{decision.tier_name} {decision.mode.token}",
+            values=[KeyValue(key=k, value=v) for k, v in fields.items()],
+        )
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self._signals_pub.publish(array)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(lambda: SchedulerNode(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
