@@ -27,6 +27,7 @@ setup(
         (f"share/{PACKAGE}/config/stacks/parts", glob("config/stacks/parts/*.yaml")),
         (f"share/{PACKAGE}/config/robots", glob("config/robots/*.yaml")),
         (f"share/{PACKAGE}/config/controllers", glob("config/controllers/*.yaml")),
+        (f"share/{PACKAGE}/config", ["config/scheduler.yaml"]),
     ],
     install_requires=["setuptools"],
     extras_require={"pip": requirements()},
@@ -47,6 +48,7 @@ setup(
             "vla-franky-driver = vla_runtime.drivers.franky_driver:main",
             "vla-ur-driver = vla_runtime.drivers.ur_rtde_driver:main",
             "vla-fault-injector = vla_runtime.nodes.fault_injector:main",
+            "vla-scheduler = vla_runtime.nodes.scheduler:main",
         ],
     },
 )

@@ -64,6 +64,17 @@ def _bench(args: argparse.Namespace) -> int:
         from vla_runtime.bench.faults import run_bench
 
         result = run_bench()
+    elif args.name == "scheduler":
+        from vla_runtime.bench.scheduler import run_bench
+
+        result = run_bench(
+            checkpoint=args.ckpt,
+            tasks=tuple(args.tasks),
+            episodes=args.episodes,
+            seed=args.seed,
+            execute=args.execute,
+            config=args.config,
+        )
     elif args.name == "streamer":
         from vla_runtime.bench.streamer import run_bench
 
@@ -79,6 +90,9 @@ def _serve(argv: list[str]) -> int:
     from vla_runtime.engine.remote import serve_main
 
     return serve_main(argv)
+
+
+BENCHMARKS = ["sim", "engine", "transport", "streamer", "driver", "faults", "scheduler"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,16 +115,33 @@ def build_parser() -> argparse.ArgumentParser:
     launch.set_defaults(func=_launch)
 
     bench = sub.add_parser("bench", help="run a benchmark; prints one JSON object")
-    bench.add_argument("name", choices=["sim", "engine", "transport", "streamer", "driver", "faults"])
+    bench.add_argument(
+        "name", choices=["sim", "engine", "transport", "streamer", "driver", "faults", "scheduler"]
+    )
     bench.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
     bench.add_argument(
         "--seconds", type=float, help="run length (sim, streamer: default 5; driver: 60)"
     )
     bench.add_argument("--preset", default="tiny", help="engine: model preset (tiny, small)")
     bench.add_argument("--device", default="cpu", help="engine: cpu or cuda")
+    bench.add_argument("--ckpt", help="scheduler: policy checkpoint directory")
+    bench.add_argument(
+        "--tasks", nargs="+", default=["reach", "push", "pick", "dynamic_reach"], help="scheduler"
+    )
+    bench.add_argument("--episodes", type=int, default=50, help="scheduler: episodes per task")
+    bench.add_argument("--seed", type=int, help="scheduler: first evaluation seed")
+    bench.add_argument("--execute", type=int, help="scheduler: actions executed per chunk")
+    bench.add_argument(
+        "--config", help="scheduler: thresholds YAML (default config/scheduler.yaml)"
+    )
     bench.set_defaults(func=_bench)
 
     sub.add_parser("serve", help="serve a policy over ZeroMQ (see `serve --help`)", add_help=False)
+    sub.add_parser(
+        "calibrate",
+        help="`calibrate scheduler --data DIR`: fit scheduler thresholds",
+        add_help=False,
+    )
     return parser
 
 
@@ -118,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "serve":
         return _serve(argv[1:])
+    if argv[:2] == ["calibrate", "scheduler"]:
+        from vla_runtime.data.calibrate_scheduler import calibrate_main
+
+        return calibrate_main(argv[2:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # Stack arguments (name:=value) may come after options: `launch sim --duration 5 seed:=3`.

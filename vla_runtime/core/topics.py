@@ -24,6 +24,8 @@ DRIVER_EVENTS = "/vla/driver/events"
 # Direct drivers' health (diagnostic_msgs/DiagnosticArray): libfranka errors, loop period, …
 DRIVER_STATS = "/vla/driver/stats"
 DIAGNOSTICS = "/diagnostics"
+# Scheduler inputs and decision, for inspection (diagnostic_msgs/DiagnosticArray).
+SCHEDULER_SIGNALS = "/vla/scheduler/signals"
 
 # Simulator internals: the scene description (MJCF, transient local) and the full generalized
 # state so that sim cameras can render in their own processes without slowing the physics.

@@ -34,8 +34,6 @@ from vla_runtime.engine.policy import ComputeMode, PolicyError
 from vla_runtime.nodes.engine import image_from_msg, stamp_seconds
 from vla_runtime.nodes.runtime import run_node
 
-SCHEDULER_SIGNALS = "/vla/scheduler/signals"
-
 
 def _duration(d) -> float:
     return d.sec + d.nanosec * 1e-9
@@ -58,7 +56,7 @@ class SchedulerNode(Node):
         self.inferences = 0
 
         self._mode_pub = self.create_publisher(String, topics.COMPUTE_MODE, 10)
-        self._signals_pub = self.create_publisher(DiagnosticArray, SCHEDULER_SIGNALS, 10)
+        self._signals_pub = self.create_publisher(DiagnosticArray, topics.SCHEDULER_SIGNALS, 10)
         latched = QoSProfile(
             depth=1,
             reliability=ReliabilityPolicy.RELIABLE,
