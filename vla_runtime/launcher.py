@@ -23,6 +23,7 @@ from pathlib import Path
 
 from vla_runtime.core.isolation import DomainClaim, claim_domain
 from vla_runtime.core.stack import NodeSpec, Stack, params_file_content, ros_arguments
+from vla_runtime.nodes.process import popen_child
 
 STOP_GRACE_S = 10.0  # SIGINT -> SIGTERM
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
@@ -62,7 +63,7 @@ def start_node(spec: NodeSpec, env: dict[str, str], workdir: Path, echo: bool) -
     params = workdir / f"{spec.name}.params.yaml"
     params.write_text(params_file_content(spec))
     cmd = [sys.executable, "-m", node_module(spec.executable), *ros_arguments(spec, str(params))]
-    popen = subprocess.Popen(
+    popen = popen_child(
         cmd,
         env=env,
         stdout=subprocess.PIPE,

@@ -21,3 +21,21 @@ def test_claims_are_exclusive_and_released():
 def test_out_of_range_domain_rejected():
     with pytest.raises(ValueError, match="0..232"):
         claim_domain(500)
+
+
+def test_domain_of_a_live_process_is_skipped():
+    """An orphaned node (no lock held) still publishes on its domain: never claim it."""
+    import os
+    import subprocess
+    import sys
+
+    with claim_domain() as probe:
+        free = probe.domain_id
+    env = dict(os.environ, ROS_DOMAIN_ID=str(free))
+    squatter = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+    try:
+        with claim_domain() as claim:
+            assert claim.domain_id != free
+    finally:
+        squatter.kill()
+        squatter.wait()

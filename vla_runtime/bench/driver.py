@@ -28,6 +28,7 @@ import numpy as np
 from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
+from vla_runtime.nodes.process import popen_child
 
 MOVED_RAD = 1e-3
 STEP_RAD, STEP_S = 0.05, 0.5  # latency probe: 0.1 rad/s, so the command passes 1 mrad in 10 ms
@@ -40,7 +41,7 @@ def start_franky_sim(timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """franky-sim with the MuJoCo back end; returns the process and the robot address to use.
 
     Raises RuntimeError (with franky-sim's output) when it does not come up."""
-    proc = subprocess.Popen(
+    proc = popen_child(
         [sys.executable, "-u", "-m", "franky_sim.run_server", "-s", "mujoco"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -68,7 +69,7 @@ def start_franky_driver(robot_ip: str, *params: str) -> subprocess.Popen:
     argv += ["-p", "realtime_config:=ignore"]  # franky-sim hosts have no real-time kernel
     for param in params:
         argv += ["-p", param]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return popen_child(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> tuple[int, str]:

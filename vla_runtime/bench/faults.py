@@ -47,6 +47,7 @@ from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged
 from vla_runtime.core.stack import NodeSpec, params_file_content, resolve_stack, ros_arguments
 from vla_runtime.engine.model import default_spec
 from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
+from vla_runtime.nodes.process import popen_child
 
 ALL_FAULTS = (
     "baseline",
@@ -128,7 +129,7 @@ class Processes:
         params.write_text(params_file_content(node.spec))
         node.starts += 1
         log = open(self.workdir / f"{node.spec.name}.{node.starts}.log", "w")  # noqa: SIM115
-        node.popen = subprocess.Popen(
+        node.popen = popen_child(
             [sys.executable, "-m", node.module, *ros_arguments(node.spec, str(params))],
             env=self.env,
             stdout=log,

@@ -2,7 +2,9 @@
 
 A domain is claimed by holding an exclusive `flock` on /tmp/vla_runtime_domains/<id>.lock for
 the lifetime of the claim, so concurrent launchers and pytest workers never share a graph, and
-a crashed owner releases its domain automatically.
+a crashed owner releases its domain automatically. A domain that any live process on this host
+was started in (ROS_DOMAIN_ID in its environment: a user's shell, an orphaned node) is skipped
+too, when no preferred id is asked for.
 """
 
 from __future__ import annotations
@@ -44,10 +46,30 @@ class DomainClaim:
         self.release()
 
 
+def domains_in_use(proc: Path = Path("/proc")) -> set[int]:
+    """ROS_DOMAIN_IDs in the start-up environments of this host's processes (readable ones)."""
+    used = set()
+    for environ in proc.glob("[0-9]*/environ"):
+        try:
+            data = environ.read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        for entry in data.split(b"\0"):
+            if entry.startswith(b"ROS_DOMAIN_ID="):
+                value = entry[len(b"ROS_DOMAIN_ID=") :]
+                if value.isdigit():
+                    used.add(int(value))
+    return used
+
+
 def claim_domain(preferred: int | None = None) -> DomainClaim:
     """Claim `preferred` (fails if taken) or the first free domain id in the safe range."""
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    candidates = [preferred] if preferred is not None else range(FIRST_DOMAIN, LAST_DOMAIN + 1)
+    if preferred is not None:
+        candidates = [preferred]
+    else:
+        busy = domains_in_use()
+        candidates = [d for d in range(FIRST_DOMAIN, LAST_DOMAIN + 1) if d not in busy]
     for domain_id in candidates:
         if not 0 <= domain_id <= 232:
             raise ValueError(f"ROS_DOMAIN_ID must be in 0..232, got {domain_id}")

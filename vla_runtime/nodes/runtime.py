@@ -32,7 +32,7 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
     except Exception as exc:
         # A signal can shut the context down between ok() and spin_once(): that is a clean stop.
         # Anything else is a crash the launcher must see as a non-zero exit.
-        if rclpy.ok() or node is None:
+        if rclpy.ok():
             print(f"[{getattr(node, 'get_name', lambda: '?')()}] fatal: {exc!r}", file=sys.stderr)
             traceback.print_exc()
             code = 1
