@@ -171,7 +171,9 @@ def test_async_streaming_under_injected_delay(rclpy_context, tmp_path, delay_s):
     assert len(stack.requests[1].points) > 0
     if stats["delay_steps_p50"]:
         delay_ms = float(stats["delay_ms_p50"])
-        assert delay_s * 1e3 - 4.0 <= delay_ms <= delay_s * 1e3 + 150.0, stats
+        # Counted in executed control steps: ticks a loaded machine skips are not counted, so
+        # the estimate may fall short of the wall-clock delay, never exceed it by much.
+        assert 0.75 * delay_s * 1e3 - 4.0 <= delay_ms <= delay_s * 1e3 + 150.0, stats
     # The commands follow the known trajectory once the start-up blend is over.
     late = [(t, p) for t, p in stack.commands if t > stack.t0 + 1.5]
     assert len(late) > 100
