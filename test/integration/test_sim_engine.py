@@ -4,9 +4,11 @@ action chunks at the engine's rate, stamped with the capture time of the newest 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
 from stack_probe import Probe, finish, start_launcher
@@ -20,8 +22,33 @@ def stamp(msg) -> tuple[int, int]:
 
 
 def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
+    # A user stack file: the sim stack (driver + cameras) plus an engine inferring back-to-back,
+    # without safety and streamer, so the engine alone sets the chunk rate.
+    stack = tmp_path / "sim_engine.yaml"
+    stack.write_text(
+        yaml.safe_dump(
+            {
+                "include": [str(Path(__file__).parents[2] / "config/stacks/sim.yaml")],
+                "use_sim_time": True,
+                "nodes": [
+                    {
+                        "name": "engine",
+                        "executable": "vla-engine",
+                        "parameters": {
+                            "run_mode": "continuous",
+                            "cameras": ["scene", "wrist"],
+                            "instruction": "touch the red cube",
+                        },
+                    }
+                ],
+                "report": {"topics": ["/vla/action_chunk", "/vla/engine/stats"]},
+            }
+        )
+    )
     report_path = tmp_path / "run.json"
-    proc, domain = start_launcher("policy:=true", "--duration", "12", "--report", str(report_path))
+    proc, domain = start_launcher(
+        "--duration", "12", "--report", str(report_path), stack=str(stack)
+    )
     probe = Probe(domain)
     try:
         chunks = probe.collect(JointTrajectory, "/vla/action_chunk")
@@ -29,7 +56,7 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
             cam: probe.collect(Image, f"/vla/cameras/{cam}/image_raw", qos_profile_sensor_data)
             for cam in ("scene", "wrist")
         }
-        assert probe.spin_until(lambda: len(chunks) >= 5, 120), "no chunks from the engine"
+        assert probe.spin_until(lambda: len(chunks) >= 3, 120), "no chunks from the engine"
     finally:
         probe.close()
         code, out = finish(proc, timeout=180)
@@ -46,8 +73,10 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
     # Stamped with a real capture time (the probe may have missed a best-effort frame or two).
     assert sum(stamp(c) in image_stamps for c in chunks) >= len(chunks) - 2
     report = json.loads(report_path.read_text())
-    chunk_rate = report["topics"]["/vla/action_chunk"]["rate_hz"]
-    stats_rate = report["topics"]["/vla/engine/stats"]["rate_hz"]
-    assert chunk_rate > 1.0
-    assert chunk_rate == pytest.approx(stats_rate, rel=0.2)  # one stats entry per chunk
-    assert report["nodes"]["engine"]["clean"]
+    assert set(report["nodes"]) == {"engine", "sim_driver", "scene_camera", "wrist_camera"}
+    assert all(n["clean"] for n in report["nodes"].values())
+    delivered = report["topics"]["/vla/action_chunk"]["count"]
+    published = int(report["diagnostics"]["/vla/engine/stats"]["engine"]["chunks_published"])
+    assert delivered >= 3 and report["topics"]["/vla/action_chunk"]["rate_hz"] > 0.0
+    # Every chunk the engine computed reached the graph (the last one may be in flight).
+    assert published - 1 <= delivered <= published
