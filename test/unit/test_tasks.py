@@ -1,0 +1,123 @@
+"""Task suite: seeded layouts, hand-made success/failure states, experts solving each task."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vla_runtime.sim.tasks import (
+    HALF,
+    LIFT_HEIGHT,
+    MIN_SPACING,
+    SLIDE_REGION_X,
+    SLIDE_REGION_Y,
+    TASKS,
+    ZONE_CENTRE,
+    SceneSnapshot,
+    TaskSimulator,
+    is_success,
+    make_setup,
+    slide_position,
+)
+
+
+def _snapshot(setup, tcp, target_xyz, width=0.08):
+    cubes = {c: p.copy() for c, p in setup.positions.items()}
+    cubes[setup.target] = np.asarray(target_xyz, float)
+    return SceneSnapshot(np.asarray(tcp, float), width, cubes)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_setups_are_seeded_spaced_and_name_the_target(task):
+    a, b = make_setup(task, 7), make_setup(task, 7)
+    assert a.target == b.target and a.instruction == b.instruction
+    for colour in a.colours:
+        np.testing.assert_array_equal(a.positions[colour], b.positions[colour])
+    layouts = {tuple(np.round(make_setup(task, s).positions[a.colours[0]], 4)) for s in range(10)}
+    assert len(layouts) == 10  # seeds differ
+    targets = {make_setup(task, s).target for s in range(30)}
+    assert targets == set(a.colours)  # every cube is the target for some seed
+    assert a.target in a.instruction
+    for s in range(30):
+        setup = make_setup(task, s)
+        xy = np.array([p[:2] for p in setup.positions.values()])
+        gaps = [np.linalg.norm(p - q) for i, p in enumerate(xy) for q in xy[i + 1 :]]
+        assert min(gaps) >= MIN_SPACING - 1e-9
+    with pytest.raises(ValueError, match="unknown task"):
+        make_setup("juggle", 0)
+
+
+def test_reach_detector():
+    setup = make_setup("reach", 3)
+    cube = setup.positions[setup.target]
+    assert is_success(setup, _snapshot(setup, cube + [0, 0, HALF + 0.008], cube))
+    assert not is_success(setup, _snapshot(setup, cube + [0, 0, 0.1], cube))  # hovering
+    other = next(c for c in setup.colours if c != setup.target)
+    above_other = setup.positions[other] + [0, 0, HALF + 0.008]
+    assert not is_success(setup, _snapshot(setup, above_other, cube))  # wrong cube
+
+
+def test_push_detector():
+    setup = make_setup("push", 3)
+    zone = np.array([*ZONE_CENTRE, HALF])
+    far = np.array([0.0, 0.0, 0.3])
+    assert is_success(setup, _snapshot(setup, far, zone + [0.02, -0.03, 0]))
+    assert not is_success(setup, _snapshot(setup, far, setup.positions[setup.target]))  # start
+    assert not is_success(setup, _snapshot(setup, far, zone + [0.07, 0, 0]))  # overshot
+    assert not is_success(setup, _snapshot(setup, far, zone + [0, 0, 0.08]))  # carried, not pushed
+
+
+def test_pick_detector():
+    setup = make_setup("pick", 3)
+    cube = setup.positions[setup.target]
+    lifted = cube + [0, 0, LIFT_HEIGHT + 0.01]
+    assert is_success(setup, _snapshot(setup, lifted, lifted, width=0.04))
+    assert not is_success(setup, _snapshot(setup, cube, cube, width=0.04))  # grasped, on table
+    assert not is_success(setup, _snapshot(setup, lifted + [0.2, 0, 0.1], lifted))  # knocked up
+
+
+def test_sliding_cube_bounces_inside_its_region_and_moves_continuously():
+    start, velocity = np.array([0.5, 0.0]), np.array([0.05, -0.04])
+    path = np.array([slide_position(start, velocity, t) for t in np.arange(0, 30, 0.01)])
+    assert path[:, 0].min() >= SLIDE_REGION_X[0] - 1e-9
+    assert path[:, 0].max() <= SLIDE_REGION_X[1] + 1e-9
+    assert path[:, 1].min() >= SLIDE_REGION_Y[0] - 1e-9
+    assert path[:, 1].max() <= SLIDE_REGION_Y[1] + 1e-9
+    steps = np.linalg.norm(np.diff(path, axis=0), axis=1)
+    assert steps.max() <= np.linalg.norm(velocity) * 0.01 + 1e-9
+
+
+def test_task_simulator_starts_episodes_without_rewinding_time():
+    sim = TaskSimulator("dynamic_reach", seed=1)
+    assert "push_zone" in sim.xml
+    sim.step(200)
+    t = sim.time
+    sim.randomize(2)
+    assert sim.time == pytest.approx(t)
+    setup = sim.setup
+    np.testing.assert_allclose(
+        sim.cube_positions()[setup.target_body], setup.positions[setup.target]
+    )
+    np.testing.assert_allclose(sim.arm_positions, sim.robot.home, atol=1e-9)
+    before = sim.cube_positions()[setup.target_body].copy()
+    sim.step(500)  # the target slides; distractors stay
+    moved = np.linalg.norm(sim.cube_positions()[setup.target_body][:2] - before[:2])
+    assert moved == pytest.approx(np.linalg.norm(setup.slide_velocity) * 0.5, rel=0.05)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_scripted_expert_solves_the_task(task):
+    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
+    from vla_runtime.sim.tasks import CONTROL_DT
+
+    sim = TaskSimulator(task, seed=11)
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    names = (*sim.robot.joints, sim.robot.gripper_joints[0])
+    adr = sim.model.joint(sim.setup.target_body).qposadr[0]
+    for _ in range(sim.setup.max_steps):
+        if sim.success():
+            break
+        q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[adr + 3 : adr + 7])
+        assert sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT]) is None
+        sim.step(50)
+    assert sim.success()

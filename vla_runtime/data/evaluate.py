@@ -1,0 +1,249 @@
+"""`vla-runtime eval`: closed-loop episodes of a checkpoint on a task; success rate, time to
+completion and runtime metrics as one JSON object.
+
+Paths (`--via`):
+- `jtc` (default): the node stack in lock-step — task sim driver, sim cameras, the engine node
+  (`vla_runtime.nodes.engine`, run_mode on_request). Per cycle the harness publishes an
+  inference request, waits for the engine's /vla/action_chunk computed from the frames of the
+  current sim time, sends that chunk unchanged to the arm's JointTrajectoryController topic
+  (a chunk is a JTC message by design) and advances `--execute` control periods of physics.
+  Deterministic (the engine's latency does not cost sim time); the engine's wall-clock latency
+  is measured and reported.
+- `inprocess`: Policy + TaskSimulator + SceneRenderer in this process, no ROS: the same
+  receding-horizon loop, a fast development tool.
+
+Seeds >= 90000 are never used for training (`collect` refuses them); evaluation defaults to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first imported
+
+import numpy as np  # noqa: E402
+
+from vla_runtime.sim.tasks import CONTROL_DT, TASKS, SceneReader, is_success, scene_colours  # noqa: E402,E501
+
+EVAL_SEED = 90000
+DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next inference
+
+
+def clip_to_limits(rows: np.ndarray, robot, gripper_max: float | None = None) -> np.ndarray:
+    """Joint-limit clip of chunk rows (7 arm joints + gripper column), what the safety node's
+    clip verdict does; the harness applies it on both paths so one stray action beyond a limit
+    does not make the driver reject the whole chunk."""
+    rows = np.array(rows, dtype=float)
+    rows[:, :7] = np.clip(rows[:, :7], robot.position_min, robot.position_max)
+    top = robot.gripper_max_width if gripper_max is None else gripper_max
+    rows[:, 7] = np.clip(rows[:, 7], 0.0, top)
+    return rows
+
+
+@dataclass
+class EpisodeResult:
+    seed: int
+    success: bool
+    time_s: float | None  # sim time from the first action to success
+    chunks: int
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+def _percentile(values, q):
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def summarise(task, results: list[EpisodeResult], settings: dict) -> dict:
+    latencies = [x for r in results for x in r.latencies_ms]
+    times = [r.time_s for r in results if r.success]
+    n = len(results)
+    return {
+        "task": task,
+        "episodes": n,
+        "success_rate": sum(r.success for r in results) / n if n else None,
+        "successes": sum(r.success for r in results),
+        "time_to_success_s": {
+            "mean": float(np.mean(times)) if times else None,
+            "p50": _percentile(times, 50),
+            "p95": _percentile(times, 95),
+        },
+        "inference_latency_ms": {
+            "p50": _percentile(latencies, 50),
+            "p95": _percentile(latencies, 95),
+            "max": max(latencies) if latencies else None,
+            "count": len(latencies),
+        },
+        "chunks_per_episode": float(np.mean([r.chunks for r in results])) if n else None,
+        "failed_seeds": [r.seed for r in results if not r.success],
+        **settings,
+    }
+
+
+# ------------------------------------------------------------------------------ in-process
+
+
+def evaluate_in_process(
+    checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
+    execute: int = DEFAULT_EXECUTE, progress: bool = True,
+) -> dict:  # fmt: skip
+    """Development tool: no ROS, same loop as the stack path."""
+    from tqdm import tqdm
+
+    from vla_runtime.data.collect import InProcessEnv
+    from vla_runtime.engine.factory import load_policy
+    from vla_runtime.engine.policy import Observation
+
+    policy = load_policy("torch", checkpoint, seed=0)
+    size = policy.spec.cameras[0].height
+    env = InProcessEnv(task, size, cameras=[c.name for c in policy.spec.cameras])
+    reader = SceneReader(env.model, scene_colours())
+    results = []
+    try:
+        for k in tqdm(range(episodes), desc=f"eval {task}", disable=not progress):
+            frame = env.reset(seed + k)
+            setup = env.setup
+            result = EpisodeResult(seed + k, False, None, 0)
+            steps = 0
+            while steps < setup.max_steps and not result.success:
+                obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
+                t0 = time.perf_counter()
+                chunk = policy.infer(obs)
+                result.latencies_ms.append(1e3 * (time.perf_counter() - t0))
+                result.chunks += 1
+                for action in clip_to_limits(chunk.actions[:execute], env.sim.robot):
+                    frame = env.step(action[:7], float(action[7]))
+                    steps += 1
+                    if is_success(setup, reader.snapshot(frame.qpos)):
+                        result.success, result.time_s = True, steps * CONTROL_DT
+                        break
+                    if steps >= setup.max_steps:
+                        break
+            results.append(result)
+    finally:
+        env.close()
+    return summarise(task, results, {"via": "inprocess", "seed": seed, "execute": execute,
+                                     "checkpoint": checkpoint})  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ node stack
+
+
+def evaluate_stack(
+    checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
+    execute: int = DEFAULT_EXECUTE, progress: bool = True, log_dir=None, realtime: bool = False,
+) -> dict:  # fmt: skip
+    """Lock-step by default; `realtime`: the driver runs at real-time factor 1, so the engine's
+    latency passes in sim time too (the chunk's first actions may already be past when it
+    arrives: the JTC joins the trajectory at the current time, as ros2_control's does)."""
+    from tqdm import tqdm
+    from trajectory_msgs.msg import JointTrajectory
+
+    from vla_runtime.core import topics
+    from vla_runtime.engine.checkpoint import load_checkpoint
+    from vla_runtime.nodes.expert import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
+
+    spec = load_checkpoint(checkpoint).spec
+    size = spec.cameras[0].height
+    engine = [
+        "vla_runtime.nodes.engine", f"checkpoint:={os.path.abspath(checkpoint)}",
+        "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false",
+    ]  # fmt: skip
+    env = RosEnv(task, size, realtime, log_dir=log_dir, extra_nodes=[("engine", engine)])
+    stack = env.stack
+    chunks: list = []
+    stack.node.create_subscription(JointTrajectory, topics.ACTION_CHUNK, chunks.append, 10)
+    request_pub = stack.node.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
+    reader = SceneReader(env.model, scene_colours())
+    results = []
+
+    def infer(t_obs: float, timeout_s: float):
+        """Ask the engine for a chunk from the frames of `t_obs`; (chunk msg, wall latency)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            chunks.clear()
+            t0 = time.perf_counter()
+            request_pub.publish(JointTrajectory())
+            try:
+                stack.spin_until(lambda: bool(chunks), min(5.0, timeout_s), "an action chunk")
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            latency = 1e3 * (time.perf_counter() - t0)
+            msg = chunks[-1]
+            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            if abs(stamp - t_obs) < 1e-4 or (realtime and stamp >= t_obs - 1e-4):
+                return msg, latency
+            if time.monotonic() > deadline:  # the engine keeps using older frames
+                raise TimeoutError(f"chunks stamped {stamp:.3f}, frames are at {t_obs:.3f}")
+            time.sleep(0.01)
+
+    try:
+        for k in tqdm(range(episodes), desc=f"eval {task}", disable=not progress):
+            frame = env.reset(seed + k)
+            setup = env.setup
+            result = EpisodeResult(seed + k, False, None, 0)
+            steps, first = 0, True
+            while steps < setup.max_steps and not result.success:
+                msg, latency = infer(frame.time, STARTUP_TIMEOUT_S if first else STEP_TIMEOUT_S)
+                if not first:  # the first includes the engine's warm-up
+                    result.latencies_ms.append(latency)
+                first = False
+                result.chunks += 1
+                # the chunk's gripper column is one finger's opening (width / 2)
+                finger_max = stack.robot.gripper_max_width / 2
+                rows = clip_to_limits([p.positions for p in msg.points], stack.robot, finger_max)
+                for point, row in zip(msg.points, rows, strict=True):
+                    point.positions = row.tolist()
+                stack.command_pub.publish(msg)  # the chunk is a JTC trajectory
+                for _ in range(min(execute, len(msg.points))):
+                    frame = env.advance()
+                    steps += 1
+                    if is_success(setup, reader.snapshot(frame.qpos)):
+                        result.success, result.time_s = True, steps * CONTROL_DT
+                        break
+                    if steps >= setup.max_steps:
+                        break
+            results.append(result)
+    finally:
+        env.close()
+    settings = {"via": "jtc", "seed": seed, "execute": execute, "checkpoint": checkpoint}
+    return summarise(task, results, {**settings, "lockstep": not realtime})
+
+
+def eval_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-runtime eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--ckpt", required=True, help="checkpoint directory")
+    parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first episode seed")
+    parser.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
+    parser.add_argument("--via", choices=("jtc", "inprocess"), default="jtc")
+    parser.add_argument(
+        "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"
+    )
+    parser.add_argument("--json", action="store_true", help="one line of JSON")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.seed < EVAL_SEED:
+        print(f"warning: seeds below {EVAL_SEED} may have been used for training", file=sys.stderr)
+    if args.via == "inprocess":
+        summary = evaluate_in_process(
+            args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress
+        )
+    else:
+        summary = evaluate_stack(
+            args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
+            realtime=args.realtime,
+        )  # fmt: skip
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(eval_main())

@@ -1,0 +1,198 @@
+"""Scripted experts: Cartesian waypoints on the known scene state, numeric IK with MuJoCo.
+
+Each control step the expert moves its Cartesian setpoint (TCP position + gripper yaw, the
+gripper always pointing down) toward the current waypoint at a bounded speed, then solves
+damped-least-squares IK (mj_jac at the TCP) from the previous joint command, so consecutive
+commands are close and smooth. Waypoints are recomputed from the scene every step, so the
+experts follow a cube that moves (pushed, sliding) instead of replaying a fixed plan.
+
+The output is the absolute joint target for the next control step plus the gripper width:
+exactly the action columns of the policy (7 arm joints + width).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from vla_runtime.core.robot import load_robot
+from vla_runtime.sim.tasks import (
+    CONTROL_DT,
+    HALF,
+    TCP_OFFSET,
+    ZONE_CENTRE,
+    EpisodeSetup,
+    SceneSnapshot,
+)
+
+OPEN = 0.08
+CLOSED = 0.0
+TRANSIT_SPEED = 0.2  # m/s of the TCP setpoint (below the FR3 collaborative 0.25 m/s)
+FINE_SPEED = 0.08  # m/s for descents and pushing
+YAW_RATE = 1.5  # rad/s
+ARRIVED = 0.006  # m: a waypoint counts as reached
+
+
+def hand_rotation(yaw: float) -> np.ndarray:
+    """Gripper pointing down (hand z = -world z), hand x at `yaw` in the table plane."""
+    c, s = math.cos(yaw), math.sin(yaw)
+    return np.array([[c, s, 0.0], [s, -c, 0.0], [0.0, 0.0, -1.0]])
+
+
+def grasp_yaw(cube_yaw: float, reference: float = 0.0) -> float:
+    """Gripper yaw aligned with a cube face: the cube's yaw modulo 90 deg, nearest `reference`."""
+    quarter = math.pi / 2
+    return reference + (cube_yaw - reference + quarter / 2) % quarter - quarter / 2
+
+
+def cube_yaw(quat_wxyz) -> float:
+    w, x, y, z = quat_wxyz
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+class ArmKinematics:
+    """FR3 forward kinematics and IK for the TCP on a private MjData of the scene model."""
+
+    def __init__(self, model: mujoco.MjModel, robot: str = "fr3"):
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self.robot = load_robot(robot)
+        self.dof = self.robot.dof
+        self.hand = model.body("hand").id
+        self.lower = np.array(self.robot.position_min) + 0.05
+        self.upper = np.array(self.robot.position_max) - 0.05
+        self.home = np.array(self.robot.home)
+        self._jacp = np.zeros((3, model.nv))
+        self._jacr = np.zeros((3, model.nv))
+
+    def tcp_pose(self, q) -> tuple[np.ndarray, np.ndarray]:
+        self.data.qpos[: self.dof] = q
+        mujoco.mj_kinematics(self.model, self.data)
+        rotation = self.data.xmat[self.hand].reshape(3, 3).copy()
+        return self.data.xpos[self.hand] + TCP_OFFSET * rotation[:, 2], rotation
+
+    def solve(self, q_seed, position, rotation, iterations: int = 12) -> np.ndarray:
+        """Joint positions putting the TCP at `position` with hand orientation `rotation`."""
+        q = np.array(q_seed, dtype=float)
+        damping = 1e-3
+        for _ in range(iterations):
+            tcp, current = self.tcp_pose(q)
+            mujoco.mj_comPos(self.model, self.data)
+            err_p = position - tcp
+            # orientation error: axis-angle of rotation @ current^T (small-angle form)
+            err_r = 0.5 * sum(np.cross(current[:, i], rotation[:, i]) for i in range(3))
+            if np.linalg.norm(err_p) < 1e-4 and np.linalg.norm(err_r) < 1e-3:
+                break
+            mujoco.mj_jac(self.model, self.data, self._jacp, self._jacr, tcp, self.hand)
+            jac = np.vstack([self._jacp[:, : self.dof], self._jacr[:, : self.dof]])
+            err = np.concatenate([err_p, err_r])
+            jjt = jac @ jac.T + damping * np.eye(6)
+            dq = jac.T @ np.linalg.solve(jjt, err)
+            # Null-space pull toward home (not joint 7: it sets the yaw) keeps the elbow up.
+            null = np.eye(self.dof) - jac.T @ np.linalg.solve(jjt, jac)
+            posture = 0.1 * (self.home - q)
+            posture[-1] = 0.0
+            q = np.clip(q + dq + null @ posture, self.lower, self.upper)
+        return q
+
+
+@dataclass
+class Waypoint:
+    position: np.ndarray
+    yaw: float
+    speed: float
+    gripper: float
+    dwell: int = 0  # control steps to stay once reached (e.g. while the gripper closes)
+
+
+class ScriptedExpert:
+    """Task-specific waypoint logic shared by every task: `act` -> (joint target, width)."""
+
+    def __init__(self, setup: EpisodeSetup, kinematics: ArmKinematics):
+        self.setup = setup
+        self.kin = kinematics
+        self.phase = 0
+        self.wait = 0
+        self.q_cmd: np.ndarray | None = None
+        self.pos_cmd = np.zeros(3)
+        self.yaw_cmd = 0.0
+        self._previous_cube: np.ndarray | None = None
+        self._frozen: list[Waypoint] | None = None
+
+    # -- per-task waypoints ----------------------------------------------------------------
+    def plan(self, state: SceneSnapshot, cube_quat) -> list[Waypoint]:
+        """The task's waypoints given the scene now (the phase index walks through them)."""
+        task = self.setup.task
+        cube = state.cubes[self.setup.target]
+        if task in ("reach", "dynamic_reach"):
+            velocity = np.zeros(3)
+            if task == "dynamic_reach" and self._previous_cube is not None:
+                velocity = (cube - self._previous_cube) / CONTROL_DT
+            aim = cube + velocity * 0.25  # lead the sliding cube by the tracking lag
+            return [
+                Waypoint(aim + [0.0, 0.0, HALF + 0.06], 0.0, TRANSIT_SPEED, OPEN),
+                Waypoint(aim + [0.0, 0.0, HALF + 0.008], 0.0, 0.12, OPEN),
+            ]
+        if task == "pick":
+            if self._frozen is not None:  # grasped: the cube moves with the hand now
+                return self._frozen
+            yaw = grasp_yaw(cube_yaw(cube_quat))
+            grasp = np.array([cube[0], cube[1], 0.012])
+            plan = [
+                Waypoint(cube + [0.0, 0.0, 0.1], yaw, TRANSIT_SPEED, OPEN),
+                Waypoint(grasp, yaw, FINE_SPEED, OPEN),
+                Waypoint(grasp, yaw, FINE_SPEED, CLOSED, dwell=12),
+                Waypoint(np.array([cube[0], cube[1], 0.16]), yaw, FINE_SPEED, CLOSED),
+            ]
+            if self.phase >= 2:
+                self._frozen = plan
+            return plan
+        if task == "push":
+            offset = np.array(ZONE_CENTRE) - cube[:2]
+            distance = float(np.linalg.norm(offset))
+            direction = offset / max(distance, 1e-6)
+            yaw = math.atan2(direction[1], direction[0])
+            behind = cube[:2] - (HALF + 0.03) * direction
+            # pushing: chase a point 1 cm into the cube so the contact keeps pressing
+            press = cube[:2] - (HALF + 0.005 - 0.01) * direction
+            low = 0.018
+            if self.phase == 2 and distance < 0.015:
+                self.phase = 3
+            return [
+                Waypoint(np.array([*behind, 0.1]), yaw, TRANSIT_SPEED, CLOSED),
+                Waypoint(np.array([*behind, low]), yaw, FINE_SPEED, CLOSED),
+                Waypoint(np.array([*press, low]), yaw, 0.06, CLOSED, dwell=10**6),
+                Waypoint(np.array([*self.pos_cmd[:2], 0.12]), self.yaw_cmd, FINE_SPEED, CLOSED),
+            ]
+        raise ValueError(task)
+
+    def _advance(self, plan: list[Waypoint]) -> Waypoint:
+        point = plan[self.phase]
+        if np.linalg.norm(point.position - self.pos_cmd) < ARRIVED:
+            if self.wait < point.dwell:
+                self.wait += 1
+            elif self.phase < len(plan) - 1:
+                self.phase += 1
+                self.wait = 0
+        return plan[self.phase]
+
+    # -- control ---------------------------------------------------------------------------
+    def act(self, state: SceneSnapshot, q_measured, cube_quat=(1.0, 0.0, 0.0, 0.0)):
+        """Joint target for the next control step and the gripper width command."""
+        if self.q_cmd is None:
+            self.q_cmd = np.array(q_measured, dtype=float)
+            self.pos_cmd, rotation = self.kin.tcp_pose(self.q_cmd)
+            self.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
+        point = self._advance(self.plan(state, cube_quat))
+        self._previous_cube = state.cubes[self.setup.target].copy()
+        step = point.position - self.pos_cmd
+        limit = point.speed * CONTROL_DT
+        norm = float(np.linalg.norm(step))
+        self.pos_cmd = self.pos_cmd + (step if norm <= limit else step * (limit / norm))
+        dyaw = (point.yaw - self.yaw_cmd + math.pi) % (2 * math.pi) - math.pi
+        self.yaw_cmd += float(np.clip(dyaw, -YAW_RATE * CONTROL_DT, YAW_RATE * CONTROL_DT))
+        self.q_cmd = self.kin.solve(self.q_cmd, self.pos_cmd, hand_rotation(self.yaw_cmd))
+        return self.q_cmd.copy(), float(point.gripper)

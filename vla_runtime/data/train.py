@@ -1,0 +1,323 @@
+"""`vla-runtime train`: flow-matching training of the reference VLA on LeRobot v3 datasets.
+
+Every decoded frame is kept in memory (uint8), so the tiny preset at policy resolution trains
+on CPU without touching the videos again. A sample is (instruction, both camera images, state
+at frame t, actions t..t+H-1), the chunk padded with the episode's last action (the expert holds
+at the end). Normalisation stats come from the training frames and are stored in the
+checkpoint. OUT receives the checkpoint every `--save-every` steps plus `train_state.pt`
+(optimizer, step, RNG), so rerunning the same command resumes; `training.json` records the
+command, seed, data and timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vla_runtime.data.lerobot_format import load_episode, load_metadata
+from vla_runtime.engine.checkpoint import (
+    Checkpoint,
+    Normalization,
+    load_checkpoint,
+    save_checkpoint,
+)
+from vla_runtime.engine.model import (
+    VLAModel,
+    default_spec,
+    flow_matching_loss,
+    preset_config,
+    tokenize,
+)
+
+TRAIN_STATE = "train_state.pt"
+TRAINING_LOG = "training.json"
+
+
+@dataclass
+class TrainingData:
+    images: dict[str, np.ndarray]  # camera -> (N, H, W, 3) uint8, all frames
+    state: np.ndarray  # (N, S)
+    action: np.ndarray  # (N, A)
+    episode_end: np.ndarray  # (N,) index one past the last frame of the frame's episode
+    text_ids: np.ndarray  # (N_tasks, Lt)
+    task_of_frame: np.ndarray  # (N,)
+    episodes: int
+    skipped: int
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
+def load_training_data(
+    roots: list[str], max_text_len: int, include_failed: bool = False, progress: bool = True
+) -> TrainingData:
+    from tqdm import tqdm
+
+    images: dict[str, list[np.ndarray]] = {}
+    states, actions, ends, tasks = [], [], [], []
+    task_ids: dict[str, int] = {}
+    total = skipped = 0
+    metas = [load_metadata(root) for root in roots]
+    count = sum(len(m.episodes) for m in metas)
+    with tqdm(total=count, desc="load episodes", unit="ep", disable=not progress) as bar:
+        for meta in metas:
+            for index in range(len(meta.episodes)):
+                bar.update(1)
+                if not include_failed and not meta.episodes[index]["success"]:
+                    skipped += 1
+                    continue
+                episode = load_episode(meta, index)
+                for camera, frames in episode.images.items():
+                    images.setdefault(camera, []).append(frames)
+                start = total
+                total += len(episode.state)
+                states.append(episode.state)
+                actions.append(episode.action)
+                ends.append(np.full(len(episode.state), total))
+                task = task_ids.setdefault(episode.task, len(task_ids))
+                tasks.append(np.full(len(episode.state), task))
+                del start
+    if not states:
+        raise ValueError(f"no usable episodes in {roots}")
+    text = np.stack([tokenize(t, max_text_len) for t in task_ids])
+    return TrainingData(
+        images={c: np.concatenate(v) for c, v in images.items()},
+        state=np.concatenate(states).astype(np.float32),
+        action=np.concatenate(actions).astype(np.float32),
+        episode_end=np.concatenate(ends),
+        text_ids=text,
+        task_of_frame=np.concatenate(tasks),
+        episodes=len(states),
+        skipped=skipped,
+    )
+
+
+def sample_batch(
+    data: TrainingData, cameras, horizon, norm, rng, batch, shift: int, state_noise: float = 0.0
+):
+    """Random frames -> tensors for `flow_matching_loss` (images randomly shifted +-shift px).
+
+    `state_noise` (rad, arm joints only) hides the small joint deviations through which an
+    expert's early motion reveals its goal: without it the policy learns to continue whatever
+    motion the state shows (the "copycat" shortcut) instead of finding the target in the image,
+    and from the home pose it then heads for the average target."""
+    index = rng.integers(0, len(data), batch)
+    steps = index[:, None] + np.arange(horizon)[None, :]
+    steps = np.minimum(steps, data.episode_end[index, None] - 1)  # pad with the last action
+    actions = norm.normalize_actions(data.action[steps])
+    raw_state = data.state[index].copy()
+    if state_noise:
+        raw_state[:, :-1] += rng.normal(0.0, state_noise, raw_state[:, :-1].shape)
+    state = norm.normalize_state(raw_state)
+    frames = np.stack([data.images[c][index] for c in cameras], axis=1)  # (B, C, H, W, 3)
+    if shift:
+        h, w = frames.shape[2:4]
+        padded = np.pad(frames, ((0, 0), (0, 0), (shift, shift), (shift, shift), (0, 0)), "edge")
+        dy, dx = rng.integers(0, 2 * shift + 1, (2, batch))
+        frames = np.stack(
+            [padded[b, :, dy[b] : dy[b] + h, dx[b] : dx[b] + w] for b in range(batch)]
+        )
+    return (
+        torch.from_numpy(data.text_ids[data.task_of_frame[index]]),
+        torch.from_numpy(np.ascontiguousarray(frames)),
+        torch.from_numpy(state.astype(np.float32)),
+        torch.from_numpy(actions.astype(np.float32)),
+    )
+
+
+def learning_rate(step: int, total: int, peak: float, warmup: int = 200) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train(
+    data_dirs: list[str],
+    out: str | Path,
+    preset: str = "tiny",
+    steps: int = 3000,
+    batch_size: int = 32,
+    lr: float = 3e-4,
+    seed: int = 0,
+    save_every: int = 500,
+    include_failed: bool = False,
+    threads: int | None = None,
+    progress: bool = True,
+    command: str = "",
+    state_noise: float = 0.0,
+) -> dict:
+    from tqdm import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if threads:
+        torch.set_num_threads(threads)
+    meta = load_metadata(data_dirs[0])
+    shapes = set(meta.camera_shapes.values())
+    if len(shapes) != 1:
+        raise ValueError(f"cameras of different sizes {meta.camera_shapes}")
+    ((height, width),) = shapes
+    if height != width:
+        raise ValueError("the reference model's default spec wants square images")
+    spec = default_spec(image_size=height)
+    cameras = [c.name for c in spec.cameras]
+    if sorted(cameras) != sorted(meta.camera_shapes):
+        raise ValueError(f"dataset cameras {sorted(meta.camera_shapes)}, policy wants {cameras}")
+    config = preset_config(preset, spec)
+    started = time.perf_counter()
+    data = load_training_data(data_dirs, config.max_text_len, include_failed, progress)
+    load_s = time.perf_counter() - started
+
+    resume = out / TRAIN_STATE
+    if resume.is_file():
+        state = torch.load(resume, weights_only=False)
+        checkpoint = load_checkpoint(out)
+        model, norm = checkpoint.model.train(), checkpoint.normalization
+        step0 = int(state["step"])
+        rng = state["numpy_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        elapsed0 = float(state["train_seconds"])
+    else:
+        torch.manual_seed(seed)
+        model = VLAModel(config).train()
+        norm = Normalization.from_data(data.state, data.action)
+        step0, rng, elapsed0 = 0, np.random.default_rng(seed), 0.0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    if resume.is_file():
+        optimizer.load_state_dict(state["optimizer"])
+
+    def save(step: int, train_seconds: float) -> None:
+        save_checkpoint(out, Checkpoint(model.eval(), spec, norm))
+        model.train()
+        tmp = out / (TRAIN_STATE + ".tmp")
+        torch.save(
+            {
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "numpy_rng": rng,
+                "torch_rng": torch.get_rng_state(),
+                "train_seconds": train_seconds,
+            },
+            tmp,
+        )
+        tmp.replace(resume)
+
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=steps, initial=step0, desc="train", unit="step", disable=not progress)
+    step = step0
+    try:
+        for step in range(step0, steps):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, steps, lr)
+            batch = sample_batch(
+                data, cameras, spec.chunk_len, norm, rng, batch_size, 3, state_noise
+            )
+            loss = flow_matching_loss(model, *batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss.item())
+            bar.update(1)
+            if step % 20 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+            if (step + 1) % save_every == 0:
+                save(step + 1, elapsed0 + time.perf_counter() - t0)
+        step = steps
+    except KeyboardInterrupt:
+        pass  # the last periodic checkpoint stays; rerun to resume from it
+    finally:
+        bar.close()
+    train_s = elapsed0 + time.perf_counter() - t0
+    if step == steps:
+        save(steps, train_s)
+    summary = {
+        "preset": preset,
+        "data": [str(d) for d in data_dirs],
+        "episodes": data.episodes,
+        "skipped_failed_episodes": data.skipped,
+        "frames": len(data),
+        "steps": steps,
+        "completed_steps": step,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "state_noise": state_noise,
+        "image_size": height,
+        "final_loss": float(np.mean(losses[-100:])) if losses else None,
+        "train_seconds": round(train_s, 1),
+        "load_seconds": round(load_s, 1),
+        "torch_threads": torch.get_num_threads(),
+        "command": command,
+        "out": str(out),
+    }
+    (out / TRAINING_LOG).write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def export_compact(checkpoint_dir: str | Path, out: str | Path) -> Path:
+    """A shippable copy: weights in float16 (half the size; loading casts them back to the
+    model's float32), spec.json and training.json; no optimizer state."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from vla_runtime.engine.checkpoint import SPEC, WEIGHTS
+
+    source, out = Path(checkpoint_dir), Path(out)
+    checkpoint = load_checkpoint(source)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {
+        k: (v.half() if v.is_floating_point() else v).contiguous()
+        for k, v in checkpoint.model.state_dict().items()
+    }
+    save_file(tensors, str(out / WEIGHTS))
+    for name in (SPEC, TRAINING_LOG):
+        if (source / name).is_file():
+            shutil.copyfile(source / name, out / name)
+    return out
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vla-runtime train", description=__doc__.split("\n")[0])
+    parser.add_argument("--data", action="append", required=True, help="dataset dir (repeatable)")
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--out", required=True, help="checkpoint directory (resumed if present)")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save-every", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--include-failed", action="store_true", help="train on failed too")
+    parser.add_argument(
+        "--state-noise", type=float, default=0.0, help="std (rad) added to arm joint states"
+    )
+    parser.add_argument("--ship", help="also write a compact float16 copy here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    command = "vla-runtime train " + " ".join(sys.argv[1:] if argv is None else argv)
+    summary = train(
+        args.data, args.out, args.preset, args.steps, args.batch_size, args.lr, args.seed,
+        args.save_every, args.include_failed, args.threads, not args.no_progress, command,
+        args.state_noise,
+    )  # fmt: skip
+    complete = summary["completed_steps"] == args.steps
+    if args.ship and complete:
+        summary["shipped"] = str(export_compact(args.out, args.ship))
+    print(json.dumps(summary))
+    return 0 if complete else 130
+
+
+if __name__ == "__main__":
+    sys.exit(train_main())
