@@ -291,8 +291,10 @@ def test_resync_moves_only_a_held_command_to_the_measured_arm():
     )
     streamer = ActionStreamer(StreamerConfig(), limits, [0.0, 0.0, 0.04], arm_dof=2)
     streamer.tick(1.0)  # no plan: holding at rest
-    assert not streamer.resync([0.02, 0.0], tolerance=0.03)  # within tolerance: untouched
-    assert streamer.resync([0.2, -0.1], tolerance=0.03)
+    at_rest = [0.0, 0.0]
+    assert not streamer.resync([0.02, 0.0], at_rest, tolerance=0.03)  # within tolerance
+    assert not streamer.resync([0.2, -0.1], [0.3, 0.0], tolerance=0.03)  # arm still moving
+    assert streamer.resync([0.2, -0.1], at_rest, tolerance=0.03)
     np.testing.assert_array_equal(streamer.tick(1.004).position, [0.2, -0.1, 0.04])
     assert streamer.metrics()["resyncs"] == 1
     # While a plan runs, the arm may lag the command: no resync.
@@ -300,4 +302,4 @@ def test_resync_moves_only_a_held_command_to_the_measured_arm():
     positions = np.column_stack([np.linspace(0.2, 0.3, 10), np.full(10, -0.1), np.full(10, 0.04)])
     streamer.merge_chunk(1.004, 1.004, times, positions)
     streamer.tick(1.008)
-    assert not streamer.resync([0.5, 0.5], tolerance=0.03)
+    assert not streamer.resync([0.5, 0.5], at_rest, tolerance=0.03)

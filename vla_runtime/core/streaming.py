@@ -248,15 +248,21 @@ class ActionStreamer:
             self._record_velocity_change(previous_velocity, dt, t_c)
         return self._setpoint(t_c)
 
-    def resync(self, measured_arm, tolerance: float) -> bool:
-        """While holding at rest, move the held command to the measured arm position when they
-        differ by more than `tolerance` (rad): after the safety gate stopped the arm (timeout,
-        e-stop) the arm is not where the plan left the command, and a gate only re-arms on a
-        command that agrees with the arm. Never while a plan runs (the arm lags legitimately)."""
+    def resync(
+        self, measured_arm, measured_velocity, tolerance: float, rest_speed: float = 0.01
+    ) -> bool:
+        """While the command holds at rest and the arm has come to rest too, but more than
+        `tolerance` (rad) away from it, move the held command to the arm: the safety gate stopped
+        the arm (timeout, e-stop) short of where the plan left the command, and a gate only
+        re-arms on a command that agrees with the arm. Never while a plan runs or the arm still
+        moves towards the command (it lags legitimately)."""
         measured = np.asarray(measured_arm, dtype=float)
         held = self.state.position[: self.arm_dof]
-        at_rest = not np.any(self.state.velocity)
-        if not (self._holding and at_rest) or np.max(np.abs(measured - held)) <= tolerance:
+        command_at_rest = not np.any(self.state.velocity)
+        arm_at_rest = np.max(np.abs(measured_velocity), initial=0.0) <= rest_speed
+        if not (self._holding and command_at_rest and arm_at_rest):
+            return False
+        if np.max(np.abs(measured - held)) <= tolerance:
             return False
         position = self.state.position.copy()
         position[: self.arm_dof] = measured

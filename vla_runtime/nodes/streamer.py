@@ -230,9 +230,11 @@ class StreamerNode(Node):
             # Commands follow the plan open loop; only a held command is brought to the arm.
             if all(j in index for j in self.arm_joints) and len(msg.position) >= len(msg.name):
                 arm = [msg.position[index[j]] for j in self.arm_joints]
-                if all(math.isfinite(p) for p in arm):
+                has_velocity = len(msg.velocity) == len(msg.name)
+                velocity = [msg.velocity[index[j]] for j in self.arm_joints] if has_velocity else []
+                if has_velocity and all(math.isfinite(p) for p in arm + velocity):
                     with self._lock:
-                        resynced = self.streamer.resync(arm, self.resync_tolerance)
+                        resynced = self.streamer.resync(arm, velocity, self.resync_tolerance)
                     if resynced:
                         self.get_logger().warning("held command moved to the measured arm")
             return
