@@ -282,6 +282,9 @@ def format_summary(report: dict) -> str:
             shown = [f"{k}={values[k]}" for k in SUMMARY_KEYS.get(status, ()) if k in values]
             if shown:
                 lines.append(f"  {status:<42} " + "  ".join(shown))
+    for topic, counts in sorted(report.get("events", {}).items()):
+        shown = "  ".join(f"{kind}={n}" for kind, n in counts.items())
+        lines.append(f"  {topic:<42} {shown}")
     for name, n in report["nodes"].items():
         state = "died" if n.get("died") else ("stopped cleanly" if n["clean"] else "unclean stop")
         lines.append(f"  node {name:<37} exit {n['exit_code']}  {state}")

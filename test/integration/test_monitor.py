@@ -246,3 +246,39 @@ def test_newest_stats_values_are_reported(rclpy_context):
     assert report["diagnostics"][topics.STREAMER_STATS] == {
         "streamer": {"executed": "30", "stale_executed": "0"}
     }
+
+
+@pytest.mark.integration
+def test_safety_events_are_counted_by_kind_and_verdict(rclpy_context):
+    import json as json_
+
+    import rclpy
+    from std_msgs.msg import String
+
+    talker = rclpy.create_node("events_talker", context=rclpy_context)
+    pub = talker.create_publisher(String, topics.SAFETY_EVENTS, 10)
+    monitor = RunMonitor([topics.SAFETY_EVENTS], context=rclpy_context, node_name="monitor_e")
+    sent = [
+        {"event": "chunk", "verdict": "veto"},
+        {"event": "chunk", "verdict": "accept"},
+        {"event": "chunk", "verdict": "veto"},
+        {"event": "command_timeout"},
+    ]
+    try:
+        with Spinner(rclpy_context, [monitor]):
+            wait_for(lambda: pub.get_subscription_count() >= 1, 30, "the monitor")
+            for event in sent:
+                pub.publish(String(data=json_.dumps(event)))
+                time.sleep(0.05)
+            pub.publish(String(data="not json"))
+            wait_until_settled(monitor, topics.SAFETY_EVENTS, 5)
+            report = monitor.report()
+    finally:
+        monitor.destroy_node()
+        talker.destroy_node()
+    assert report["events"][topics.SAFETY_EVENTS] == {
+        "chunk:accept": 1,
+        "chunk:veto": 2,
+        "command_timeout": 1,
+        "unparsable": 1,
+    }

@@ -12,9 +12,11 @@ what the stack's contracts are written in) and `wall_rate_hz` on the monotonic c
 from __future__ import annotations
 
 import importlib
+import json
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -27,6 +29,8 @@ from vla_runtime.core import topics
 from vla_runtime.core.stats import RateMeter, Reservoir
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
+# JSON event topics: counted by kind (chunk verdicts by verdict).
+EVENT_TOPICS = (topics.SAFETY_EVENTS, topics.DRIVER_EVENTS)
 # Stats topics (engine, streamer): the newest status values go into the report as well.
 DIAGNOSTICS_TYPE = "diagnostic_msgs/msg/DiagnosticArray"
 _CAMERA_PREFIX, _CAMERA_SUFFIX = topics.camera_image("\0").split("\0")
@@ -73,6 +77,7 @@ class TopicStats:
     wall_rate: RateMeter = field(default_factory=RateMeter)
     latency_ms: Reservoir | None = None
     last_status: dict[str, dict[str, str]] | None = None  # DiagnosticArray: name -> key -> value
+    event_counts: Counter | None = None  # JSON event topics: "chunk:veto", "command_timeout", …
 
 
 class RunMonitor(Node):
@@ -147,6 +152,8 @@ class RunMonitor(Node):
             callback = self._image_callback(stats)
         elif type_name == DIAGNOSTICS_TYPE:
             callback = self._diagnostics_callback(stats, msg_type)
+        elif name in EVENT_TOPICS:
+            callback = self._events_callback(stats, msg_type)
         else:
             callback = self._counting_callback(stats)
         self.create_subscription(msg_type, name, callback, qos, raw=True)
@@ -178,6 +185,26 @@ class RunMonitor(Node):
 
         return on_image
 
+    def _events_callback(self, stats: TopicStats, msg_type):
+        """Safety/driver events (std_msgs/String, one JSON object each): counted by kind, chunk
+        verdicts by verdict, so the report shows what happened to every chunk."""
+        from rclpy.serialization import deserialize_message
+
+        def on_event(serialized: bytes) -> None:
+            self._count(stats)
+            try:
+                event = json.loads(deserialize_message(serialized, msg_type).data)
+                kind = str(event.get("event", "?"))
+                if "verdict" in event:
+                    kind = f"{kind}:{event['verdict']}"
+            except (ValueError, AttributeError):
+                kind = "unparsable"
+            with self._lock:
+                stats.event_counts = stats.event_counts or Counter()
+                stats.event_counts[kind] += 1
+
+        return on_event
+
     def _diagnostics_callback(self, stats: TopicStats, msg_type):
         from rclpy.serialization import deserialize_message
 
@@ -193,8 +220,9 @@ class RunMonitor(Node):
     def report(self) -> dict:
         """{"topics": {name: {"type", "count", "rate_hz", "wall_rate_hz"}},
         "cameras": {name: {"latency_ms": {"p50", "p99", "max", "mean", "n"}, "rate_hz"}},
-        "diagnostics": {topic: {status name: {key: value}}} (newest values of stats topics)}"""
-        topics_report, cameras, diagnostics = {}, {}, {}
+        "diagnostics": {topic: {status name: {key: value}}} (newest values of stats topics),
+        "events": {topic: {kind: count}} (safety and driver event topics)}"""
+        topics_report, cameras, diagnostics, events = {}, {}, {}, {}
         with self._lock:
             for name, stats in sorted(self._stats.items()):
                 topics_report[name] = {
@@ -205,6 +233,8 @@ class RunMonitor(Node):
                 }
                 if stats.last_status:
                     diagnostics[name] = stats.last_status
+                if stats.event_counts:
+                    events[name] = dict(sorted(stats.event_counts.items()))
                 camera = camera_name_of(name)
                 if camera is None:
                     continue
@@ -215,4 +245,9 @@ class RunMonitor(Node):
                     },
                     "rate_hz": stats.ros_rate.rate_hz,
                 }
-        return {"topics": topics_report, "cameras": cameras, "diagnostics": diagnostics}
+        return {
+            "topics": topics_report,
+            "cameras": cameras,
+            "diagnostics": diagnostics,
+            "events": events,
+        }
