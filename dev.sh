@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One script, two commands (see README):
-#   ./dev.sh run    set everything up, then run the simulated Franka FR3 stack for 20 s of sim
-#                   time and print its report (written to runs/sim_report.json)
+#   ./dev.sh run    set everything up, then run the simulated Franka FR3 stack (cameras, engine,
+#                   safety, streamer, arm) for 20 s of sim time and print its report
+#                   (written to runs/sim_report.json)
 #   ./dev.sh test   set everything up, then run the test suite
 # Set-up is idempotent: system libraries for offscreen rendering (apt), a virtual environment
 # in .venv with the pinned requirements, and this package installed in editable mode.
@@ -44,7 +45,10 @@ case "${1:-}" in
   run)
     shift
     setup
-    exec vla-runtime launch sim --duration 20 --report runs/sim_report.json --quiet "$@"
+    # The whole loop: sim cameras -> engine (shipped tiny checkpoint, 96 px) -> safety ->
+    # streamer -> simulated FR3, for 20 s of sim time.
+    exec vla-runtime launch sim policy:=true checkpoint:=checkpoints/vla_tiny_sim \
+      image_size:=96 --duration 20 --report runs/sim_report.json --quiet "$@"
     ;;
   test)
     shift
