@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -92,6 +93,12 @@ def _serve(argv: list[str]) -> int:
     return serve_main(argv)
 
 
+DATA_COMMANDS = {
+    "collect": ("vla_runtime.data.collect", "collect_main"),
+    "record": ("vla_runtime.data.record", "record_main"),
+    "train": ("vla_runtime.data.train", "train_main"),
+    "eval": ("vla_runtime.data.evaluate", "eval_main"),
+}
 BENCHMARKS = ["sim", "engine", "transport", "streamer", "driver", "faults", "scheduler"]
 
 
@@ -137,11 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     sub.add_parser("serve", help="serve a policy over ZeroMQ (see `serve --help`)", add_help=False)
-    sub.add_parser(
-        "calibrate",
-        help="`calibrate scheduler --data DIR`: fit scheduler thresholds",
-        add_help=False,
-    )
+    for name, (module, _) in DATA_COMMANDS.items():
+        sub.add_parser(name, help=f"see `vla-runtime {name} --help` ({module})", add_help=False)
+    sub.add_parser("calibrate", help="`calibrate scheduler --data DIR`: fit thresholds")
     return parser
 
 
@@ -149,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "serve":
         return _serve(argv[1:])
+    if argv and argv[0] in DATA_COMMANDS:  # argparse lives in the data modules
+        module, function = DATA_COMMANDS[argv[0]]
+        return getattr(importlib.import_module(module), function)(argv[1:])
     if argv[:2] == ["calibrate", "scheduler"]:
         from vla_runtime.data.calibrate_scheduler import calibrate_main
 
