@@ -28,6 +28,11 @@ setup(
         (f"share/{PACKAGE}/config/robots", glob("config/robots/*.yaml")),
         (f"share/{PACKAGE}/config/controllers", glob("config/controllers/*.yaml")),
         (f"share/{PACKAGE}/config", ["config/scheduler.yaml"]),
+        *[
+            (f"share/{PACKAGE}/{d}", glob(f"{d}/*"))
+            for d in sorted(glob("checkpoints/*"))
+            if Path(d).is_dir()
+        ],
     ],
     install_requires=["setuptools"],
     extras_require={"pip": requirements()},

@@ -95,8 +95,21 @@ def save_checkpoint(directory: str | Path, checkpoint: Checkpoint) -> Path:
     return directory
 
 
+def resolve_checkpoint_dir(directory: str | Path) -> Path:
+    """A relative path that does not exist here may name a checkpoint shipped with the package
+    (`checkpoints/vla_tiny_sim` in the source tree or the installed share directory)."""
+    path = Path(directory)
+    if not path.is_absolute() and not path.exists():
+        from vla_runtime.core.paths import share_dir
+
+        shipped = share_dir() / path
+        if shipped.exists():
+            return shipped
+    return path
+
+
 def load_checkpoint(directory: str | Path, device: str = "cpu") -> Checkpoint:
-    directory = Path(directory)
+    directory = resolve_checkpoint_dir(directory)
     if not (directory / WEIGHTS).is_file() or not (directory / SPEC).is_file():
         raise PolicyError(f"{directory} is not a checkpoint (needs {WEIGHTS} and {SPEC})")
     meta = json.loads((directory / SPEC).read_text())
