@@ -54,13 +54,13 @@ def test_interrupted_collection_keeps_its_finished_episodes(ros_domain, tmp_path
         env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300
         while len(list(out.glob("meta/episodes/*/*.parquet"))) < 2:
             assert process.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no episodes committed in time"
             time.sleep(0.2)
         process.send_signal(signal.SIGINT)
-        stdout, _ = process.communicate(timeout=60)
+        stdout, _ = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()

@@ -5,10 +5,12 @@ Paths (`--via`):
 - `jtc` (default): the node stack in lock-step — task sim driver, sim cameras, the engine node
   (`vla_runtime.nodes.engine`, run_mode on_request). Per cycle the harness publishes an
   inference request, waits for the engine's /vla/action_chunk computed from the frames of the
-  current sim time, sends that chunk unchanged to the arm's JointTrajectoryController topic
-  (a chunk is a JTC message by design) and advances `--execute` control periods of physics.
-  Deterministic (the engine's latency does not cost sim time); the engine's wall-clock latency
-  is measured and reported.
+  current sim time, sends that chunk (clipped to the joint limits, `clip_to_limits`) to the
+  arm's JointTrajectoryController topic (a chunk is a JTC message by design) and advances
+  `--execute` control periods of physics. Deterministic (the engine's latency does not cost sim
+  time); the engine's wall-clock latency is measured and reported. `--realtime` runs the driver
+  at real-time factor 1 instead, so latency costs sim time (what dynamic_reach is about).
+  The streamer and safety nodes are not in this loop (see the issue note).
 - `inprocess`: Policy + TaskSimulator + SceneRenderer in this process, no ROS: the same
   receding-horizon loop, a fast development tool.
 
@@ -28,7 +30,13 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first i
 
 import numpy as np  # noqa: E402
 
-from vla_runtime.sim.tasks import CONTROL_DT, TASKS, SceneReader, is_success, scene_colours  # noqa: E402,E501
+from vla_runtime.sim.tasks import (  # noqa: E402
+    CONTROL_DT,
+    TASKS,
+    SceneReader,
+    is_success,
+    scene_colours,
+)
 
 EVAL_SEED = 90000
 DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next inference
