@@ -60,6 +60,9 @@ class EpisodeResult:
     time_s: float | None  # sim time from the first action to success
     chunks: int
     latencies_ms: list[float] = field(default_factory=list)
+    steps: int = 0  # control steps run
+    engine_ms: list[float] = field(default_factory=list)  # engine `total_ms` per chunk
+    modes: list[str] = field(default_factory=list)  # compute mode each chunk actually ran
 
 
 def _percentile(values, q):
@@ -88,7 +91,23 @@ def summarise(task, results: list[EpisodeResult], settings: dict) -> dict:
         },
         "chunks_per_episode": float(np.mean([r.chunks for r in results])) if n else None,
         "failed_seeds": [r.seed for r in results if not r.success],
+        **_engine_cost(results),
         **settings,
+    }
+
+
+def _engine_cost(results: list[EpisodeResult]) -> dict:
+    """Engine compute per control second (sum of the engine's own `total_ms` over all chunks /
+    sim seconds run) and the distribution of the compute modes that ran."""
+    engine_ms = [x for r in results for x in r.engine_ms]
+    if not engine_ms:
+        return {}
+    seconds = sum(r.steps for r in results) * CONTROL_DT
+    modes = [m for r in results for m in r.modes]
+    return {
+        "engine_ms_per_control_s": sum(engine_ms) / seconds if seconds else None,
+        "engine_ms_per_chunk": float(np.mean(engine_ms)),
+        "modes": {m: modes.count(m) / len(modes) for m in sorted(set(modes))},
     }
 
 
@@ -144,10 +163,14 @@ def evaluate_in_process(
 def evaluate_stack(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, log_dir=None, realtime: bool = False,
+    engine_params: tuple[str, ...] = (), extra_nodes: tuple = (),
 ) -> dict:  # fmt: skip
-    """Lock-step by default; `realtime`: the driver runs at real-time factor 1, so the engine's
+    """`engine_params`: more engine parameters (name:=value); `extra_nodes`: more
+    (name, [module, name:=value…]) processes on the stack (e.g. the scheduler).
+    Lock-step by default; `realtime`: the driver runs at real-time factor 1, so the engine's
     latency passes in sim time too (the chunk's first actions may already be past when it
     arrives: the JTC joins the trajectory at the current time, as ros2_control's does)."""
+    from diagnostic_msgs.msg import DiagnosticArray
     from tqdm import tqdm
     from trajectory_msgs.msg import JointTrajectory
 
@@ -159,12 +182,23 @@ def evaluate_stack(
     size = spec.cameras[0].height
     engine = [
         "vla_runtime.nodes.engine", f"checkpoint:={os.path.abspath(checkpoint)}",
-        "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false",
+        "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false", *engine_params,
     ]  # fmt: skip
-    env = RosEnv(task, size, realtime, log_dir=log_dir, extra_nodes=[("engine", engine)])
+    nodes = [("engine", engine), *extra_nodes]
+    env = RosEnv(task, size, realtime, log_dir=log_dir, extra_nodes=nodes)
     stack = env.stack
     chunks: list = []
     stack.node.create_subscription(JointTrajectory, topics.ACTION_CHUNK, chunks.append, 10)
+    engine_stats: dict[int, dict] = {}  # chunks_published -> values of its OK status
+
+    def on_stats(array) -> None:
+        for status in array.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if status.level == status.OK and "chunks_published" in values:
+                engine_stats[int(values["chunks_published"])] = values
+
+    stack.node.create_subscription(DiagnosticArray, topics.ENGINE_STATS, on_stats, 50)
+    published = 0  # chunks the engine has published so far (its stats count them)
     request_pub = stack.node.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
     reader = SceneReader(env.model, scene_colours())
     results = []
@@ -199,6 +233,13 @@ def evaluate_stack(
             steps, first = 0, True
             while steps < setup.max_steps and not result.success:
                 msg, latency = infer(frame.time, STARTUP_TIMEOUT_S if first else STEP_TIMEOUT_S)
+                # the engine publishes a chunk's stats right after the chunk
+                stack.spin_until(lambda n=published: max(engine_stats, default=0) > n,
+                                 STEP_TIMEOUT_S, "the engine's stats")  # fmt: skip
+                published = max(engine_stats)
+                values = engine_stats[published]
+                result.engine_ms.append(float(values["total_ms"]))
+                result.modes.append(values["mode"])
                 if not first:  # the first includes the engine's warm-up
                     result.latencies_ms.append(latency)
                 first = False
@@ -217,6 +258,7 @@ def evaluate_stack(
                         break
                     if steps >= setup.max_steps:
                         break
+            result.steps = steps
             results.append(result)
     finally:
         env.close()
