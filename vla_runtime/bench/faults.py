@@ -404,6 +404,9 @@ class Window:
     unaccounted: int = 0
 
 
+DROP_WAIT_PER_CHUNK_S = 5.0  # > the streamer's request timeout (2 s) + an inference
+
+
 def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window:
     marks = {"outputs": len(rec.outputs), "events": len(rec.events), "states": len(rec.states),
              "chunks": len(rec.chunks), "injected": len(rec.injected)}  # fmt: skip
@@ -439,6 +442,18 @@ def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window
     else:
         raise ValueError(f"unknown fault {name!r}; choose from {ALL_FAULTS}")
     rec.sim_sleep(observe)
+    if name.startswith("drop_") and name != "drop_all":
+        # Each dropped chunk costs the streamer a request timeout before it asks again, so the
+        # window lasts until every chunk asked for was withheld (bounded).
+        wanted = int(name.removeprefix("drop_"))
+
+        def withheld() -> int:
+            return sum(
+                e.get("event") == "chunk" and e.get("fate") == "drop"
+                for e in rec.injected[marks["injected"] :]
+            )
+
+        rec.wait(lambda: withheld() >= wanted, DROP_WAIT_PER_CHUNK_S * wanted)
     if name.startswith("kill_"):
         node = name.removeprefix("kill_")
         procs.restart(node)
