@@ -24,8 +24,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, String
-from trajectory_msgs.msg import JointTrajectory
+from std_msgs.msg import Float64MultiArray
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
@@ -37,6 +36,7 @@ from vla_runtime.core.streaming_command import (
     Reconnector,
     classify_libfranka_error,
 )
+from vla_runtime.drivers.command_topics import CommandTopics
 from vla_runtime.nodes.runtime import run_node
 
 GRIPPER_POLL_S = 0.1
@@ -52,11 +52,7 @@ def _milliseconds(summary: dict) -> dict:
     return {k: None if v is None else v * 1e3 for k, v in summary.items() if k != "n"}
 
 
-def _seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
-
-
-class FrankyDriverNode(Node):
+class FrankyDriverNode(CommandTopics, Node):
     def __init__(self, name: str = "franky_driver"):
         super().__init__(name)
         declare = self.declare_parameter
@@ -117,17 +113,9 @@ class FrankyDriverNode(Node):
         self._gripper_calls = {"move": 0, "grasp": 0, "failed": 0}
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
-        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.DRIVER_STATS, 10)
-        self._topics = {
-            "trajectory": topics.trajectory_command(controllers["trajectory"]),
-            "forward": topics.forward_command(controllers["forward"]),
-            "gripper": topics.forward_command(controllers["gripper"]),
-        }
-        self.create_subscription(
-            JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
-        )
-        self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
+        self._subscribe_commands(controllers["trajectory"], controllers["forward"])
+        self._topics["gripper"] = topics.forward_command(controllers["gripper"])
         self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
         self.create_timer(1.0, self._publish_stats)
 
@@ -296,25 +284,6 @@ class FrankyDriverNode(Node):
             time.sleep(0.01)
 
     # -- commands ----------------------------------------------------------------------------
-    def _on_trajectory(self, msg: JointTrajectory) -> None:
-        points = msg.points
-        with self._lock:
-            reason = self.command.set_trajectory(
-                list(msg.joint_names),
-                [list(p.positions) for p in points],
-                [_seconds(p.time_from_start) for p in points],
-                velocities=[list(p.velocities) for p in points],
-                accelerations=[list(p.accelerations) for p in points],
-                start_time=_seconds(msg.header.stamp),
-                now=self._now(),
-            )
-        self._report("trajectory", reason)
-
-    def _on_forward(self, msg: Float64MultiArray) -> None:
-        with self._lock:
-            reason = self.command.set_positions(list(msg.data), now=self._now())
-        self._report("forward", reason)
-
     def _on_gripper(self, msg: Float64MultiArray) -> None:
         if len(msg.data) != 1:
             reason = f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
@@ -323,17 +292,6 @@ class FrankyDriverNode(Node):
         if reason is None:
             self._desired_width = float(msg.data[0])
         self._report("gripper", reason)
-
-    def _report(self, command: str, reason: str | None) -> None:
-        if reason is None:
-            return
-        topic = self._topics[command]
-        self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
-        self._event("rejected", topic=topic, reason=reason)
-
-    def _event(self, event: str, **fields) -> None:
-        fields.update(event=event, stamp=self._now())
-        self._event_pub.publish(String(data=json.dumps(fields)))
 
     # -- statistics --------------------------------------------------------------------------
     def stats(self) -> dict:

@@ -19,7 +19,6 @@ and test/unit/test_streaming_command.py.
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -27,23 +26,19 @@ import time
 import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64, Float64MultiArray, String
-from trajectory_msgs.msg import JointTrajectory
+from std_msgs.msg import Float64
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.streaming_command import ArmCommand, Reconnector
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
+from vla_runtime.drivers.command_topics import CommandTopics
 from vla_runtime.nodes.runtime import run_node
 
 SPEED_SCALING = "/speed_scaling_state_broadcaster/speed_scaling"
 
 
-def _seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
-
-
-class URRtdeDriverNode(Node):
+class URRtdeDriverNode(CommandTopics, Node):
     def __init__(self, name: str = "ur_driver"):
         super().__init__(name)
         declare = self.declare_parameter
@@ -80,15 +75,7 @@ class URRtdeDriverNode(Node):
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._scaling_pub = self.create_publisher(Float64, SPEED_SCALING, 10)
-        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
-        self._topics = {
-            "trajectory": topics.trajectory_command(trajectory),
-            "forward": topics.forward_command(forward),
-        }
-        self.create_subscription(
-            JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
-        )
-        self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
+        self._subscribe_commands(trajectory, forward)
         self._running = True
         self._thread = threading.Thread(target=self._control_loop, name="servo", daemon=True)
         self._thread.start()
@@ -165,36 +152,6 @@ class URRtdeDriverNode(Node):
         self._scaling_pub.publish(Float64(data=float(self._receive.getSpeedScaling())))
 
     # -- commands ----------------------------------------------------------------------------
-    def _on_trajectory(self, msg: JointTrajectory) -> None:
-        points = msg.points
-        with self._lock:
-            reason = self.command.set_trajectory(
-                list(msg.joint_names),
-                [list(p.positions) for p in points],
-                [_seconds(p.time_from_start) for p in points],
-                velocities=[list(p.velocities) for p in points],
-                accelerations=[list(p.accelerations) for p in points],
-                start_time=_seconds(msg.header.stamp),
-                now=self._now(),
-            )
-        self._report("trajectory", reason)
-
-    def _on_forward(self, msg: Float64MultiArray) -> None:
-        with self._lock:
-            reason = self.command.set_positions(list(msg.data), now=self._now())
-        self._report("forward", reason)
-
-    def _report(self, command: str, reason: str | None) -> None:
-        if reason is None:
-            return
-        topic = self._topics[command]
-        self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
-        self._event("rejected", topic=topic, reason=reason)
-
-    def _event(self, event: str, **fields) -> None:
-        fields.update(event=event, stamp=self._now())
-        self._event_pub.publish(String(data=json.dumps(fields)))
-
     def close(self) -> None:
         self._running = False
         self._thread.join(timeout=2.0)
