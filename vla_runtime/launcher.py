@@ -110,31 +110,22 @@ class _Monitor:
     def __init__(self, stack: Stack, claim: DomainClaim):
         import rclpy
         from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
 
         from vla_runtime.nodes.monitor import RunMonitor
+        from vla_runtime.nodes.runtime import BackgroundSpinner
 
         self._context = Context()
         rclpy.init(args=[], context=self._context, domain_id=claim.domain_id)
         self.node = RunMonitor(
             list(stack.report_topics), context=self._context, use_sim_time=stack.use_sim_time
         )
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self._executor.spin_once(timeout_sec=0.05)
+        self._spinner = BackgroundSpinner(self._context, [self.node]).start()
 
     def now_s(self) -> float:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._spinner.close()
         self.node.destroy_node()
         self._context.try_shutdown()
 

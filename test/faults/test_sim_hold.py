@@ -6,14 +6,14 @@ the simulated arm's servo settling, and it must stay put while the "streamer" ke
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
-import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -32,26 +32,13 @@ REST_SPEED = 0.02  # rad/s
 SETTLE_ALLOWANCE_S = 0.4  # the simulated arm servo settling on a frozen setpoint (~0.35 s)
 
 
-def start(tmp_path, name: str, module: str, *params: str) -> tuple[subprocess.Popen, object]:
-    log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed in stop()
-    args = [sys.executable, "-m", module, "--ros-args", "-r", f"__node:={name}"]
-    for param in params:
-        args += ["-p", param]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env), log
+def start(tmp_path, name: str, module: str, *params: str) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / f"{name}.log"
+    return start_node(module, log, *params, node_name=name), log
 
 
-def stop(proc: subprocess.Popen, log) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    log.close()
-    with open(log.name) as f:
-        return f.read()
+def stop(proc: subprocess.Popen, log: Path) -> str:
+    return stop_node(proc, log, signal.SIGINT)[1]
 
 
 class Streamer:

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 
@@ -30,24 +31,17 @@ def write_video(path, frames=FRAMES):
 
 
 def start_camera(tmp_path, name, **params):
-    args = [sys.executable, "-m", "vla_runtime.nodes.camera", "--ros-args"]
-    args += ["-p", f"camera_name:={name}", "-p", "source:=file"]
-    for key, value in params.items():
-        args += ["-p", f"{key}:={value}"]
-    log = open(tmp_path / f"camera_{name}.log", "w")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    settings = {"camera_name": name, "source": "file", **params}
+    return start_node(
+        "vla_runtime.nodes.camera",
+        tmp_path / f"camera_{name}.log",
+        *(f"{key}:={value}" for key, value in settings.items()),
+    )
 
 
 def stop(proc, tmp_path, name):
     """SIGTERM must end the node cleanly (exit 0); kill only as a last resort."""
-    proc.terminate()
-    try:
-        code = proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        code = None
-    return code, (tmp_path / f"camera_{name}.log").read_text()
+    return stop_node(proc, tmp_path / f"camera_{name}.log", timeout=15)
 
 
 def spin_until(executor, condition, timeout):

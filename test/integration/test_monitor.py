@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 
 from vla_runtime.core import topics
 from vla_runtime.nodes.monitor import RunMonitor, camera_name_of, header_stamp_ns, message_class
+from vla_runtime.nodes.runtime import BackgroundSpinner as Spinner
 
 
 def test_helpers_without_dds():
@@ -33,30 +32,6 @@ def test_helpers_without_dds():
     image.header.frame_id = "cam"
     assert header_stamp_ns(serialize_message(image)) == 1_234_567_000_000
     assert header_stamp_ns(b"\x00\x01\x00") is None
-
-
-class Spinner:
-    """Spins the monitors in a background thread, as the launcher does."""
-
-    def __init__(self, context, nodes):
-        self.executor = SingleThreadedExecutor(context=context)
-        for node in nodes:
-            self.executor.add_node(node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.executor.shutdown()
 
 
 def wait_for(condition, timeout, what):

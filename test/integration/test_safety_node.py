@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Duration
+from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
@@ -33,26 +33,14 @@ LOWER = np.array(ROBOT.position_min) + ROBOT.position_margin
 UPPER = np.array(ROBOT.position_max) - ROBOT.position_margin
 
 
-def start_safety(tmp_path, *params: str):
+def start_safety(tmp_path, *params: str) -> tuple[subprocess.Popen, Path]:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    log = open(tmp_path / "safety.log", "w")  # noqa: SIM115 - closed by stop_safety
-    args = [sys.executable, "-m", "vla_runtime.nodes.safety", "--ros-args"]
-    for param in params:
-        args += ["-p", param]
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()), log
+    log = tmp_path / "safety.log"
+    return start_node("vla_runtime.nodes.safety", log, *params), log
 
 
-def stop_safety(proc, log) -> str:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    log.close()
-    with open(log.name) as f:
-        return f.read()
+def stop_safety(proc, log: Path) -> str:
+    return stop_node(proc, log)[1]
 
 
 def stamp_of(seconds: float):

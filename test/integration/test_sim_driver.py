@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Duration
+from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
@@ -29,26 +29,13 @@ GOAL = HOME + np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.2, 0.3])
 WAIT_S = 120.0  # wall-clock patience for DDS and a loaded machine; progress is in sim time
 
 
-def start_driver(tmp_path, *params: str) -> tuple[subprocess.Popen, object]:
-    log = open(tmp_path / "sim_driver.log", "w")  # noqa: SIM115 - closed by stop_driver
-    args = [sys.executable, "-m", "vla_runtime.drivers.sim.node", "--ros-args"]
-    for param in params:
-        args += ["-p", param]
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
-    return proc, log
+def start_driver(tmp_path, *params: str) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / "sim_driver.log"
+    return start_node("vla_runtime.drivers.sim.node", log, *params), log
 
 
-def stop_driver(proc: subprocess.Popen, log) -> str:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    log.close()
-    with open(log.name) as f:
-        return f.read()
+def stop_driver(proc: subprocess.Popen, log: Path) -> str:
+    return stop_node(proc, log)[1]
 
 
 class Probe:

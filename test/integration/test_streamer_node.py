@@ -4,13 +4,11 @@ follow the commands)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
+from node_process import start_node, stop_node
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 
@@ -39,22 +37,12 @@ def seconds(stamp) -> float:
 
 
 def start_streamer(tmp_path, name, **params):
-    args = [sys.executable, "-m", "vla_runtime.nodes.streamer", "--ros-args"]
-    for key, value in params.items():
-        args += ["-p", f"{key}:={value}"]
-    log = open(tmp_path / f"{name}.log", "w")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    params = [f"{key}:={value}" for key, value in params.items()]
+    return start_node("vla_runtime.nodes.streamer", tmp_path / f"{name}.log", *params)
 
 
 def stop(proc, tmp_path, name):
-    proc.terminate()
-    try:
-        code = proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        code = None
-    return code, (tmp_path / f"{name}.log").read_text()
+    return stop_node(proc, tmp_path / f"{name}.log", timeout=15)
 
 
 class FakeStack:

@@ -33,7 +33,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -208,12 +207,13 @@ class Recorder:
     def __init__(self, domain_id: int, robot):
         import rclpy
         from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Bool, Empty, Float64MultiArray, String
         from trajectory_msgs.msg import JointTrajectory
+
+        from vla_runtime.nodes.runtime import BackgroundSpinner
 
         self.robot = robot
         self.ctx = Context()
@@ -261,15 +261,7 @@ class Recorder:
             "scene_xml": pub(String, topics.SIM_SCENE_XML, latched),
             "scene_state": pub(Float64MultiArray, topics.SIM_SCENE_STATE, 10),
         }
-        self._executor = SingleThreadedExecutor(context=self.ctx)
-        self._executor.add_node(self.node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            self._executor.spin_once(timeout_sec=0.05)
+        self._spinner = BackgroundSpinner(self.ctx, [self.node]).start()
 
     def speed(self, window_s: float = 0.2) -> float:
         recent = [dq for t, _, dq in self.states[-200:] if t >= self.sim_now - window_s]
@@ -298,8 +290,7 @@ class Recorder:
         self.pubs["fault"].publish(String(data=json.dumps(command)))
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
+        self._spinner.close()
         self.node.destroy_node()
         self.ctx.try_shutdown()
 

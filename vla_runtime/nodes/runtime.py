@@ -8,6 +8,7 @@ after which the node's `close()` runs so drivers can leave the arm holding.
 from __future__ import annotations
 
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 
@@ -47,3 +48,34 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
             node.destroy_node()
         rclpy.try_shutdown()
     return code
+
+
+class BackgroundSpinner:
+    """Spins nodes in a daemon thread (a spin_once loop) for code that keeps its own main
+    thread: the launcher's run monitor, benchmark recorders, tests. Also a context manager."""
+
+    def __init__(self, context, nodes):
+        self.executor = SingleThreadedExecutor(context=context)
+        for node in nodes:
+            self.executor.add_node(node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def start(self) -> BackgroundSpinner:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.executor.shutdown()
+
+    def __enter__(self) -> BackgroundSpinner:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
