@@ -190,6 +190,12 @@ def test_lockstep_advances_only_on_request(rclpy_context, tmp_path):
         deadline = time.monotonic() + 1.0  # nothing moves without a request
         while time.monotonic() < deadline:
             probe.executor.spin_once(timeout_sec=0.05)
+        # A 0-step request re-publishes the current state (for late subscribers), no physics.
+        before = len(probe.states)
+        probe.step.publish(UInt32(data=0))
+        probe.spin_until(lambda: len(probe.states) > before, "the re-published state")
+        assert _seconds(probe.states[-1].header.stamp) == pytest.approx(0.251, abs=1e-9)
+        del probe.states[before:]
         stamps = [_seconds(m.header.stamp) for m in probe.states]
         assert [round(s * 1000) for s in stamps if s > 0][:3] == [1, 4, 8]
         assert stamps[-1] == pytest.approx(0.251, abs=1e-9)

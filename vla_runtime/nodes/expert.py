@@ -267,7 +267,15 @@ class RosEnv:
         """Run periods until every camera delivers: camera processes load the scene on their
         own time, and a frame is only rendered for a state that arrives after that."""
         stack = self.stack
-        stack.spin_until(lambda: stack.scene_state is not None, STARTUP_TIMEOUT_S, "the driver")
+        asked = [0.0]
+
+        def driver_answered() -> bool:
+            if stack.scene_state is None and time.monotonic() - asked[0] > 0.5:
+                stack.request_steps(0)  # (re)publish the current state; physics stays put
+                asked[0] = time.monotonic()
+            return stack.scene_state is not None
+
+        stack.spin_until(driver_answered, STARTUP_TIMEOUT_S, "the driver")
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             try:

@@ -274,6 +274,11 @@ class SimDriverNode(Node):
                 f"ignoring {topics.SIM_STEP}: not in lock-step mode", throttle_duration_sec=5.0
             )
             return
+        if msg.data == 0:
+            # A 0-step request asks for the current state again: the one published at start
+            # is lost when it goes out before the requester's subscriptions have matched.
+            self._publish_all()
+            return
         with self._wake:
             self._pending_steps += int(msg.data)
             self._wake.notify()
