@@ -144,6 +144,8 @@ def probe(rclpy_context, tmp_path):
     try:
         p.spin_until(lambda: p.command_pub.get_subscription_count() > 0, "safety to subscribe")
         p.spin_until(lambda: p.chunk_pub.get_subscription_count() > 0, "chunk subscription")
+        # ... and its event publisher must have matched ours before the first event goes out.
+        p.spin_until(lambda: p.node.count_publishers(topics.SAFETY_EVENTS) > 0, "safety events")
         yield p
     finally:
         p.close()
