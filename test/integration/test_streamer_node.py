@@ -154,9 +154,12 @@ def test_async_streaming_under_injected_delay(rclpy_context, tmp_path, delay_s):
     assert float(stats["discontinuity_ratio"]) <= 1.5, stats
     if delay_s >= 0.2:  # stale prefixes exist and were dropped, never executed
         assert int(stats["stale_dropped"]) > 0, stats
-    # Requests carry ids and, after the first, the remaining plan.
-    assert [r.header.frame_id for r in stack.requests[:2]] == ["req:1", "req:2"]
-    assert len(stack.requests[1].points) > 0
+    # Requests carry increasing ids (the first may go out before discovery matches this probe;
+    # the streamer re-requests) and, once a chunk was accepted, the remaining plan.
+    ids = [int(r.header.frame_id.removeprefix("req:")) for r in stack.requests]
+    assert all(r.header.frame_id.startswith("req:") for r in stack.requests)
+    assert np.all(np.diff(ids) > 0), ids
+    assert any(len(r.points) > 0 for r in stack.requests[1:])
     if stats["delay_steps_p50"]:
         delay_ms = float(stats["delay_ms_p50"])
         # Counted in executed control steps: ticks a loaded machine skips are not counted, so

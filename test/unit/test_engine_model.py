@@ -142,6 +142,47 @@ def test_flow_matching_loss_decreases(checkpoint):
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_batched_instructions_share_one_kv_per_distinct_instruction():
+    """encode_prefix computes the instruction KV once per distinct instruction and gathers it:
+    the same numbers as computing every row."""
+    with torch.random.fork_rng():
+        torch.manual_seed(3)
+        model = VLAModel(preset_config("tiny", default_spec(image_size=64))).eval()
+    lt = model.cfg.max_text_len
+    text = torch.from_numpy(
+        np.stack([tokenize(t, lt) for t in ("touch the red cube", "pick it", "touch the red cube")])
+    )
+    with torch.no_grad():
+        kv, _ = model.encode_prefix(
+            text, torch.zeros(3, 2, 64, 64, 3, dtype=torch.uint8), torch.zeros(3, 8)
+        )
+        rows = model.instruction_kv(text)
+    assert torch.allclose(kv[..., :lt, :], rows, atol=1e-6)
+
+
+def test_conv_stem_and_auxiliary_head():
+    spec = default_spec(image_size=64)
+    config = preset_config("tiny", spec)
+    assert config.stem == "conv" and preset_config("small", spec).stem == "patch"
+    with pytest.raises(ValueError, match="stem"):
+        type(config)(**{**config.to_dict(), "stem": "resnet"})
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = VLAModel(type(config)(**{**config.to_dict(), "aux_dim": 3}))
+    text = torch.from_numpy(tokenize("touch the red cube", config.max_text_len))[None].repeat(4, 1)
+    images = torch.randint(0, 256, (4, 2, 64, 64, 3), dtype=torch.uint8)
+    state, actions = torch.randn(4, 8), torch.randn(4, 16, 8)
+    target = torch.randn(4, 3)
+    flow, aux = flow_matching_loss(model, text, images, state, actions, aux_target=target)
+    assert torch.isfinite(flow) and torch.isfinite(aux) and aux.item() > 0
+    (flow + aux).backward()  # the auxiliary loss reaches the vision encoder's stem
+    assert model.vision.patch[0].weight.grad.abs().sum() > 0
+    assert model.aux_head[1].weight.grad.abs().sum() > 0
+    plain = VLAModel(config)
+    with pytest.raises(ValueError, match="auxiliary head"):
+        flow_matching_loss(plain, text, images, state, actions, aux_target=target)
+
+
 def _bad_inputs():
     good = observation()
 

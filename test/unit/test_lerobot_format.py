@@ -132,3 +132,29 @@ def test_corrupt_or_missing_files_are_reported_with_the_episode(tmp_path):
         load_episode(meta, 2)
     with pytest.raises(DatasetError, match="not a LeRobot dataset"):
         load_metadata(tmp_path / "nothing")
+
+
+def test_environment_state_round_trip_and_required_when_declared(tmp_path):
+    names = ["target_x", "target_y", "target_z"]
+    writer = LeRobotWriter(
+        tmp_path, 20.0, {"scene": (SIZE, SIZE), "wrist": (SIZE, SIZE)}, NAMES, NAMES,
+        env_state_names=names,
+    )  # fmt: skip
+    episode = _episode(7, 3, "touch the red cube", True)
+    episode.env_state = np.arange(21, dtype=np.float32).reshape(7, 3) / 10
+    writer.add_episode(episode)
+    meta = load_metadata(tmp_path)
+    assert meta.info["features"]["observation.environment_state"]["names"] == names
+    np.testing.assert_array_equal(load_episode(meta, 0).env_state, episode.env_state)
+    with pytest.raises(DatasetError, match="environment_state"):
+        writer.add_episode(_episode(4, 4, "a", True))  # declared but missing
+    wrong = _episode(4, 5, "a", True)
+    wrong.env_state = np.zeros((4, 2), np.float32)
+    with pytest.raises(DatasetError, match="env state"):
+        writer.add_episode(wrong)
+    with pytest.raises(DatasetError, match="cannot append"):
+        _writer(tmp_path)  # same cameras, but this writer would drop the env state
+    # Datasets without it read back as None.
+    plain = tmp_path / "plain"
+    _writer(plain).add_episode(_episode(3, 6, "a", True))
+    assert load_episode(load_metadata(plain), 0).env_state is None

@@ -46,6 +46,8 @@ DEFAULT_IMAGE_SIZE = 96
 CAMERAS = ("scene", "wrist")
 POST_SUCCESS_STEPS = 5  # frames kept after success so the policy also learns to settle
 STATE_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["gripper_width"]
+# observation.environment_state: the named cube's centre (base frame), for auxiliary losses.
+ENV_STATE_NAMES = ["target_x", "target_y", "target_z"]
 PHYSICS_STEPS = round(CONTROL_DT / 0.001)
 
 
@@ -109,7 +111,7 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
     expert = ScriptedExpert(setup, ArmKinematics(env.model))
     target = env.model.joint(setup.target_body).qposadr[0]
     images = {c: [] for c in frame.images}
-    states, actions, flags = [], [], []
+    states, actions, flags, targets = [], [], [], []
     success_step = None
     for step in range(setup.max_steps):
         snapshot = reader.snapshot(frame.qpos)
@@ -122,6 +124,7 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
         for camera, image in frame.images.items():
             images[camera].append(image)
         states.append(frame.state)
+        targets.append(frame.qpos[target : target + 3])
         actions.append(np.append(q, width).astype(np.float32))
         flags.append(flag)
         frame = env.step(q, width)
@@ -134,6 +137,7 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
         success=success,
         frame_success=np.array(flags),
         seed=seed,
+        env_state=np.asarray(targets, np.float32),
         extra={"task": task, "success_time_s": None if not success else success_step * CONTROL_DT},
     )
     return episode, {"success": success, "frames": len(states)}
@@ -160,6 +164,7 @@ def collect(
         cameras={c: (image_size, image_size) for c in CAMERAS},
         state_names=STATE_NAMES,
         action_names=STATE_NAMES,
+        env_state_names=ENV_STATE_NAMES,
     )
     env = make_env(task, mode, image_size)
     reader = SceneReader(env.model, scene_colours())

@@ -44,6 +44,9 @@ FOURCC = "mp4v"
 STATE_KEY = "observation.state"
 ACTION_KEY = "action"
 IMAGE_PREFIX = "observation.images."
+# LeRobot's key for privileged simulator state (e.g. the target's position): never a policy
+# input, used for auxiliary training losses and analysis.
+ENV_STATE_KEY = "observation.environment_state"
 STAT_NAMES = ("min", "max", "mean", "std", "count")
 
 
@@ -64,6 +67,7 @@ class Episode:
     frame_success: np.ndarray | None = None  # (T,) bool: detector at that frame
     seed: int = -1
     extra: dict = field(default_factory=dict)  # more per-episode metadata (JSON-able scalars)
+    env_state: np.ndarray | None = None  # (T, env_state_dim) float32, privileged sim state
 
     def __len__(self) -> int:
         return len(self.state)
@@ -175,6 +179,7 @@ class LeRobotWriter:
         state_names: list[str],
         action_names: list[str],
         robot_type: str = "fr3",
+        env_state_names: list[str] | None = None,
     ):
         self.root = Path(root)
         self.fps = float(fps)
@@ -182,14 +187,21 @@ class LeRobotWriter:
         self.state_names = list(state_names)
         self.action_names = list(action_names)
         self.robot_type = robot_type
+        self.env_state_names = list(env_state_names) if env_state_names else None
         info_path = self.root / "meta" / "info.json"
         self.episodes: list[dict] = []
         if info_path.is_file():
             existing = load_metadata(self.root)
-            if existing.info["fps"] != self.fps or existing.camera_shapes != self.cameras:
+            existing_env = existing.info["features"].get(ENV_STATE_KEY, {}).get("names")
+            if (
+                existing.info["fps"] != self.fps
+                or existing.camera_shapes != self.cameras
+                or existing_env != self.env_state_names
+            ):
                 raise DatasetError(
                     f"{self.root} holds a dataset with fps {existing.info['fps']} and cameras "
-                    f"{existing.camera_shapes}; cannot append fps {self.fps} cameras {self.cameras}"
+                    f"{existing.camera_shapes} env state {existing_env}; cannot append fps "
+                    f"{self.fps} cameras {self.cameras} env state {self.env_state_names}"
                 )
             self.episodes = existing.episodes
         self.tasks: dict[str, int] = {}
@@ -226,6 +238,12 @@ class LeRobotWriter:
         features[ACTION_KEY] = {
             "dtype": "float32", "shape": [len(self.action_names)], "names": self.action_names,
         }  # fmt: skip
+        if self.env_state_names:
+            features[ENV_STATE_KEY] = {
+                "dtype": "float32",
+                "shape": [len(self.env_state_names)],
+                "names": self.env_state_names,
+            }
         for key, dtype in (
             ("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
             ("index", "int64"), ("task_index", "int64"), ("next.success", "bool"),
@@ -249,6 +267,16 @@ class LeRobotWriter:
         action = np.asarray(episode.action, np.float32)
         if state.shape != (n, len(self.state_names)) or action.shape != (n, len(self.action_names)):
             raise DatasetError(f"state {state.shape} / action {action.shape} for {n} frames")
+        columns = {}
+        if self.env_state_names:
+            if episode.env_state is None:
+                raise DatasetError(f"this dataset records {ENV_STATE_KEY}; the episode has none")
+            env_state = np.asarray(episode.env_state, np.float32)
+            if env_state.shape != (n, len(self.env_state_names)):
+                raise DatasetError(f"env state {env_state.shape} for {n} frames")
+            columns[ENV_STATE_KEY] = pa.array(
+                list(env_state), type=pa.list_(pa.float32(), env_state.shape[1])
+            )
         index = self.num_episodes
         where = _locate(index)
         task_index = self.tasks.setdefault(episode.task, len(self.tasks))
@@ -271,6 +299,7 @@ class LeRobotWriter:
                 "index": pa.array(np.arange(first, first + n), pa.int64()),
                 "task_index": pa.array(np.full(n, task_index), pa.int64()),
                 "next.success": pa.array(np.asarray(frame_success, bool), pa.bool_()),
+                **columns,
             }
         )
         data_path = self.root / DATA_PATH.format(**where)
@@ -461,6 +490,7 @@ class LoadedEpisode:
     timestamp: np.ndarray
     frame_success: np.ndarray
     images: dict[str, np.ndarray] | None  # camera name -> (T, H, W, 3); None if not decoded
+    env_state: np.ndarray | None = None  # (T, D) privileged sim state, when recorded
 
 
 def load_episode(meta: DatasetMetadata, index: int, decode_video: bool = True) -> LoadedEpisode:
@@ -506,6 +536,9 @@ def load_episode(meta: DatasetMetadata, index: int, decode_video: bool = True) -
         timestamp=np.asarray(columns["timestamp"], np.float32),
         frame_success=np.asarray(columns["next.success"], bool),
         images=images,
+        env_state=(
+            np.asarray(columns[ENV_STATE_KEY], np.float32) if ENV_STATE_KEY in columns else None
+        ),
     )
 
 

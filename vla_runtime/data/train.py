@@ -16,7 +16,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +51,7 @@ class TrainingData:
     task_of_frame: np.ndarray  # (N,)
     episodes: int
     skipped: int
+    env_state: np.ndarray | None = None  # (N, D) privileged state, if every dataset has it
 
     def __len__(self) -> int:
         return len(self.state)
@@ -62,7 +63,7 @@ def load_training_data(
     from tqdm import tqdm
 
     images: dict[str, list[np.ndarray]] = {}
-    states, actions, ends, tasks = [], [], [], []
+    states, actions, ends, tasks, env_states = [], [], [], [], []
     task_ids: dict[str, int] = {}
     total = skipped = 0
     metas = [load_metadata(root) for root in roots]
@@ -77,14 +78,13 @@ def load_training_data(
                 episode = load_episode(meta, index)
                 for camera, frames in episode.images.items():
                     images.setdefault(camera, []).append(frames)
-                start = total
                 total += len(episode.state)
+                env_states.append(episode.env_state)
                 states.append(episode.state)
                 actions.append(episode.action)
                 ends.append(np.full(len(episode.state), total))
                 task = task_ids.setdefault(episode.task, len(task_ids))
                 tasks.append(np.full(len(episode.state), task))
-                del start
     if not states:
         raise ValueError(f"no usable episodes in {roots}")
     text = np.stack([tokenize(t, max_text_len) for t in task_ids])
@@ -97,13 +97,19 @@ def load_training_data(
         task_of_frame=np.concatenate(tasks),
         episodes=len(states),
         skipped=skipped,
+        env_state=(
+            None
+            if any(e is None for e in env_states)
+            else np.concatenate(env_states).astype(np.float32)
+        ),
     )
 
 
 def sample_batch(
     data: TrainingData, cameras, horizon, norm, rng, batch, shift: int, state_noise: float = 0.0
 ):
-    """Random frames -> tensors for `flow_matching_loss` (images randomly shifted +-shift px).
+    """Random frames -> tensors for `flow_matching_loss` (images randomly shifted +-shift px),
+    plus the frames' indices (to look up their privileged state).
 
     `state_noise` (rad, arm joints only) hides the small joint deviations through which an
     expert's early motion reveals its goal: without it the policy learns to continue whatever
@@ -130,7 +136,7 @@ def sample_batch(
         torch.from_numpy(np.ascontiguousarray(frames)),
         torch.from_numpy(state.astype(np.float32)),
         torch.from_numpy(actions.astype(np.float32)),
-    )
+    ), index
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int = 200) -> float:
@@ -154,6 +160,7 @@ def train(
     progress: bool = True,
     command: str = "",
     state_noise: float = 0.0,
+    aux_weight: float = 1.0,
 ) -> dict:
     from tqdm import tqdm
 
@@ -176,6 +183,13 @@ def train(
     started = time.perf_counter()
     data = load_training_data(data_dirs, config.max_text_len, include_failed, progress)
     load_s = time.perf_counter() - started
+    # Auxiliary loss: predict the (normalised) privileged state from the prefix, a dense signal
+    # that teaches the encoder to find the named object before the actions depend on it.
+    aux = None
+    if aux_weight > 0 and data.env_state is not None:
+        config = replace(config, aux_dim=data.env_state.shape[1])
+        mean, std = data.env_state.mean(0), data.env_state.std(0) + 1e-6
+        aux = torch.from_numpy((data.env_state - mean) / std)
 
     resume = out / TRAIN_STATE
     if resume.is_file():
@@ -212,6 +226,7 @@ def train(
         tmp.replace(resume)
 
     losses: list[float] = []
+    aux_losses: list[float] = []
     t0 = time.perf_counter()
     bar = tqdm(total=steps, initial=step0, desc="train", unit="step", disable=not progress)
     step = step0
@@ -219,10 +234,15 @@ def train(
         for step in range(step0, steps):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, steps, lr)
-            batch = sample_batch(
+            batch, index = sample_batch(
                 data, cameras, spec.chunk_len, norm, rng, batch_size, 3, state_noise
             )
-            loss = flow_matching_loss(model, *batch)
+            if aux is None:
+                loss = flow_matching_loss(model, *batch)
+            else:
+                loss, aux_loss = flow_matching_loss(model, *batch, aux_target=aux[index])
+                aux_losses.append(aux_loss.item())
+                loss = loss + aux_weight * aux_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -230,7 +250,10 @@ def train(
             losses.append(loss.item())
             bar.update(1)
             if step % 20 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}")
+                postfix = {"loss": f"{np.mean(losses[-50:]):.4f}"}
+                if aux_losses:
+                    postfix["aux"] = f"{np.mean(aux_losses[-50:]):.4f}"
+                bar.set_postfix(postfix)
             if (step + 1) % save_every == 0:
                 save(step + 1, elapsed0 + time.perf_counter() - t0)
         step = steps
@@ -253,6 +276,8 @@ def train(
         "lr": lr,
         "seed": seed,
         "state_noise": state_noise,
+        "aux_weight": aux_weight if aux is not None else 0.0,
+        "final_aux_loss": float(np.mean(aux_losses[-100:])) if aux_losses else None,
         "image_size": height,
         "final_loss": float(np.mean(losses[-100:])) if losses else None,
         "train_seconds": round(train_s, 1),
@@ -303,6 +328,12 @@ def train_main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--state-noise", type=float, default=0.0, help="std (rad) added to arm joint states"
     )
+    parser.add_argument(
+        "--aux-weight",
+        type=float,
+        default=1.0,
+        help="weight of the privileged-state auxiliary loss (datasets with env state; 0: off)",
+    )
     parser.add_argument("--ship", help="also write a compact float16 copy here")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -310,7 +341,7 @@ def train_main(argv: list[str] | None = None) -> int:
     summary = train(
         args.data, args.out, args.preset, args.steps, args.batch_size, args.lr, args.seed,
         args.save_every, args.include_failed, args.threads, not args.no_progress, command,
-        args.state_noise,
+        args.state_noise, args.aux_weight,
     )  # fmt: skip
     complete = summary["completed_steps"] == args.steps
     if args.ship and complete:

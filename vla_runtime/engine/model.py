@@ -58,8 +58,18 @@ class ModelConfig:
     mlp_ratio: int = 4
     max_text_len: int = 64
     num_steps: int = 10
+    # "patch": one strided conv (ViT/SigLIP-style); "conv": a small conv stem first, whose
+    # locality lets a from-scratch encoder find few-pixel objects with little data.
+    stem: str = "patch"
+    # Width of the auxiliary head reading the state token (0: none). Trained to predict
+    # privileged sim state (the target's position); never used at inference.
+    aux_dim: int = 0
 
     def __post_init__(self):
+        if self.stem not in ("patch", "conv"):
+            raise ValueError(f"stem must be 'patch' or 'conv', got {self.stem!r}")
+        if self.stem == "conv" and self.patch_size % 4:
+            raise ValueError(f"the conv stem needs a patch size divisible by 4: {self}")
         cell = 2 * self.patch_size  # patches are merged 2x2 after the vision encoder
         if self.image_height % cell or self.image_width % cell:
             raise ValueError(f"image size must be a multiple of {cell}: {self}")
@@ -108,7 +118,14 @@ def default_spec(chunk_len: int = 16, image_size: int = 224) -> PolicySpec:
 # Presets: `tiny` trains on CPU in minutes; `small` is SmolVLA-sized (~450M) for speed only.
 PRESETS: dict[str, dict] = {
     "tiny": dict(
-        vision_dim=128, vision_layers=4, vision_heads=4, dim=128, layers=4, heads=4, expert_dim=96
+        vision_dim=128,
+        vision_layers=4,
+        vision_heads=4,
+        dim=128,
+        layers=4,
+        heads=4,
+        expert_dim=96,
+        stem="conv",
     ),
     "small": dict(
         vision_dim=768,
@@ -223,7 +240,16 @@ class VisionEncoder(nn.Module):
         super().__init__()
         gh, gw = cfg.grid
         self.grid = (gh, gw)
-        self.patch = nn.Conv2d(3, cfg.vision_dim, cfg.patch_size, stride=cfg.patch_size)
+        if cfg.stem == "conv":  # stride 2, 2, then patch/4: the same grid as "patch"
+            self.patch = nn.Sequential(
+                nn.Conv2d(3, 32, 5, stride=2, padding=2),
+                nn.GELU(approximate="tanh"),
+                nn.Conv2d(32, 64, 3, stride=2, padding=1),
+                nn.GELU(approximate="tanh"),
+                nn.Conv2d(64, cfg.vision_dim, cfg.patch_size // 4, stride=cfg.patch_size // 4),
+            )
+        else:
+            self.patch = nn.Conv2d(3, cfg.vision_dim, cfg.patch_size, stride=cfg.patch_size)
         self.pos = nn.Parameter(torch.randn(1, gh * gw, cfg.vision_dim) * 0.02)
         head_dim = cfg.vision_dim // cfg.vision_heads
         self.layers = nn.ModuleList(
@@ -280,18 +306,22 @@ class VLAModel(nn.Module):
         )
         self.expert_norm = nn.LayerNorm(e)
         self.action_out = nn.Linear(e, cfg.action_dim)
+        if cfg.aux_dim:
+            self.aux_head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, cfg.aux_dim))
 
     # ---- prefix stages -------------------------------------------------------------------
 
-    def run_block(self, x, past_kv=None, bias=None) -> torch.Tensor:
-        """Run tokens x (B, T, dim) through the backbone after `past_kv`; return their KV."""
+    def run_block(self, x, past_kv=None, bias=None, return_hidden=False):
+        """Run tokens x (B, T, dim) through the backbone after `past_kv`; return their KV
+        (and, with `return_hidden`, their hidden state entering the last, KV-only layer)."""
         kvs = []
         for i, layer in enumerate(self.backbone):
             past_k = None if past_kv is None else past_kv[i, 0]
             past_v = None if past_kv is None else past_kv[i, 1]
+            hidden = x
             x, k, v = layer(x, past_k, past_v, bias)
             kvs.append(torch.stack([k, v]))
-        return torch.stack(kvs)
+        return (torch.stack(kvs), hidden) if return_hidden else torch.stack(kvs)
 
     def instruction_kv(self, text_ids: torch.Tensor) -> torch.Tensor:
         """text_ids (B, Lt) -> instruction KV (causal; pad keys masked)."""
@@ -308,18 +338,20 @@ class VLAModel(nn.Module):
         """Normalised state (B, state_dim) -> (B, 1, dim)."""
         return self.state_proj(state).unsqueeze(1) + self.state_type
 
-    def block_kv(self, tokens, past_kv, past_bias) -> torch.Tensor:
+    def block_kv(self, tokens, past_kv, past_bias, return_hidden=False):
         """KV of a block (camera or state) that sees `past_kv` and itself, bidirectionally."""
         b, t = tokens.shape[:2]
         own = torch.zeros(b, t, dtype=past_bias.dtype, device=past_bias.device)
         bias = torch.cat([past_bias, own], dim=1)[:, None, None, :]
-        return self.run_block(tokens, past_kv, bias)
+        return self.run_block(tokens, past_kv, bias, return_hidden)
 
-    def encode_prefix(self, text_ids, images, state):
+    def encode_prefix(self, text_ids, images, state, return_aux=False):
         """Uncached staged prefix: text_ids (B, Lt), images (B, C, H, W, 3) uint8, normalised
-        state (B, S) -> (prefix KV, prefix bias (B, P))."""
+        state (B, S) -> (prefix KV, prefix bias (B, P)) [+ the auxiliary head's prediction].
+        The instruction KV is computed once per distinct instruction in the batch."""
         b = text_ids.shape[0]
-        text_kv = self.instruction_kv(text_ids)
+        unique, inverse = torch.unique(text_ids, dim=0, return_inverse=True)
+        text_kv = self.instruction_kv(unique)[:, :, inverse]
         t_bias = text_bias(text_ids)
         kvs = [text_kv]
         for c in range(images.shape[1]):
@@ -328,8 +360,12 @@ class VLAModel(nn.Module):
             kvs.append(self.block_kv(tokens, text_kv, t_bias))
         past = torch.cat(kvs, dim=4)
         past_bias = F.pad(t_bias, (0, past.shape[4] - t_bias.shape[1]))
-        kvs.append(self.block_kv(self.state_tokens(state), past, past_bias))
-        return torch.cat(kvs, dim=4), F.pad(t_bias, (0, self.cfg.prefix_len - t_bias.shape[1]))
+        state_kv, state_hidden = self.block_kv(self.state_tokens(state), past, past_bias, True)
+        kvs.append(state_kv)
+        out = torch.cat(kvs, dim=4), F.pad(t_bias, (0, self.cfg.prefix_len - t_bias.shape[1]))
+        if return_aux:
+            return *out, self.aux_head(state_hidden[:, 0]) if self.cfg.aux_dim else None
+        return out
 
     # ---- action expert -------------------------------------------------------------------
 
@@ -402,15 +438,23 @@ class VLAModel(nn.Module):
         return torch.where(allowed, zero, zero + MASKED)[:, None]
 
 
-def flow_matching_loss(model: VLAModel, text_ids, images, state, actions, generator=None):
+def flow_matching_loss(
+    model: VLAModel, text_ids, images, state, actions, generator=None, aux_target=None
+):
     """Conditional flow-matching loss on normalised actions: x_tau = tau*a + (1-tau)*noise,
-    target velocity a - noise (the training objective of the action expert)."""
+    target velocity a - noise (the training objective of the action expert). With
+    `aux_target` (B, aux_dim), normalised privileged state, returns (flow loss, aux loss)."""
     noise = torch.randn(actions.shape, generator=generator, device=actions.device)
     tau = torch.rand(actions.shape[0], generator=generator, device=actions.device)
     noisy = tau[:, None, None] * actions + (1 - tau[:, None, None]) * noise
-    prefix_kv, prefix_bias = model.encode_prefix(text_ids, images, state)
+    prefix_kv, prefix_bias, aux = model.encode_prefix(text_ids, images, state, return_aux=True)
     velocity = model.velocity(noisy, tau, prefix_kv, prefix_bias)
-    return F.mse_loss(velocity, actions - noise)
+    flow = F.mse_loss(velocity, actions - noise)
+    if aux_target is None:
+        return flow
+    if aux is None:
+        raise ValueError("this model has no auxiliary head (aux_dim = 0)")
+    return flow, F.mse_loss(aux, aux_target)
 
 
 def count_parameters(model: nn.Module) -> int:
