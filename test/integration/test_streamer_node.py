@@ -1,6 +1,6 @@
 """The streamer node as its own process over real DDS, with the test playing engine + safety
-(answering each inference request after an injected delay) and the arm (joint states that
-follow the commands)."""
+(answering each inference request after an injected delay), the arm (joint states that
+follow the commands) and, optionally, UR's speed scaling broadcaster."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rclpy.executors import SingleThreadedExecutor
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 
 pytestmark = pytest.mark.integration
 
@@ -46,16 +47,22 @@ def stop(proc, tmp_path, name):
 
 
 class FakeStack:
-    """Engine + safety (delayed chunk answers echoing the request id) and arm (joint states)."""
+    """Engine + safety (delayed chunk answers echoing the request id), arm (joint states) and,
+    with `speed_scaling` (a fraction), UR's broadcaster (percent, 100 Hz). The engine then
+    plays `trajectory` on plan time u(t) = t0 + s (t - t0), which is what the streamer's plan
+    runs on: the commands must follow trajectory(u(t)) (an offset between u and the streamer's
+    plan clock cancels out: chunks are anchored where the plan was at their observation)."""
 
-    def __init__(self, context, delay_s):
+    def __init__(self, context, delay_s, speed_scaling=None):
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64
         from trajectory_msgs.msg import JointTrajectory
 
         self.node = rclpy.create_node("fake_stack", context=context)
         self.delay_s = delay_s
+        self.speed_scaling = 1.0 if speed_scaling is None else speed_scaling
         self.t0: float | None = None
         self.commands, self.requests, self.stats = [], [], []
         self.due: list[tuple[float, object]] = []
@@ -67,6 +74,10 @@ class FakeStack:
         node.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
         node.create_subscription(DiagnosticArray, topics.STREAMER_STATS, self.stats.append, 10)
         node.create_timer(0.01, self._publish_state)
+        if speed_scaling is not None:
+            scaling_pub = node.create_publisher(Float64, UR_SPEED_SCALING_TOPIC, 10)
+            percent = Float64(data=100.0 * speed_scaling)
+            node.create_timer(0.01, lambda: scaling_pub.publish(percent))
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(node)
 
@@ -95,11 +106,15 @@ class FakeStack:
         chunk.header.stamp = request.header.stamp
         chunk.header.frame_id = request.header.frame_id
         offsets = CHUNK_DT * (np.arange(CHUNK_LEN) + 1)
-        for dt, row in zip(offsets, trajectory(t_obs + offsets, self.t0), strict=True):
+        rows = trajectory(self.plan_time(t_obs) + offsets, self.t0)
+        for dt, row in zip(offsets, rows, strict=True):
             point = JointTrajectoryPoint(positions=row.tolist())
             point.time_from_start = Duration(nanoseconds=round(dt * 1e9)).to_msg()
             chunk.points.append(point)
         self.chunk_pub.publish(chunk)
+
+    def plan_time(self, t):
+        return self.t0 + self.speed_scaling * (np.asarray(t) - self.t0)
 
     def spin_for(self, seconds_, until=None):
         deadline = time.monotonic() + seconds_
@@ -121,9 +136,11 @@ class FakeStack:
         self.node.destroy_node()
 
 
-def run_case(rclpy_context, tmp_path, delay_s, **params):
+def run_case(rclpy_context, tmp_path, delay_s, speed_scaling=None, **params):
     name = f"streamer_{round(delay_s * 1000)}"
-    stack = FakeStack(rclpy_context, delay_s)
+    stack = FakeStack(rclpy_context, delay_s, speed_scaling)
+    if speed_scaling is not None:
+        params["speed_scaling_topic"] = UR_SPEED_SCALING_TOPIC
     proc = start_streamer(
         tmp_path, name, control_rate_hz=250.0, warmup_requests=1, stats_period_s=0.5, **params
     )
@@ -184,3 +201,19 @@ def test_sync_baseline_stops_between_chunks(rclpy_context, tmp_path):
     # The arm runs dry while each request is computed: ~0.2 s of holding per chunk.
     assert int(stats["empty_plan_ticks"]) >= 40, stats
     assert int(stats["chunks_accepted"]) >= 2, stats
+
+
+def test_speed_scaling_runs_the_plan_at_half_speed(rclpy_context, tmp_path):
+    stack, _ = run_case(rclpy_context, tmp_path, 0.1, speed_scaling=0.5)
+    stats = stack.latest_stats()
+    assert (stats["speed_scaling"], stats["speed_scaling_rejected"]) == ("0.5", "0"), stats
+    assert stats["stale_executed"] == stats["empty_plan_ticks"] == stats["paused_ticks"] == "0"
+    assert int(stats["chunks_accepted"]) >= 3 and stats["chunks_rejected"] == "0", stats
+    assert float(stats["plan_lag_s"]) > 1.0, stats  # half of the >= 4 s run
+    # The commands play the trajectory at half speed: on plan time u(t), not on t.
+    late = [(t, p) for t, p in stack.commands if t > stack.t0 + 1.5]
+    assert len(late) > 100
+    errors = [np.abs(p - trajectory(stack.plan_time(t), stack.t0)).max() for t, p in late]
+    assert max(errors) < 1e-3, max(errors)
+    full_speed = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]
+    assert max(full_speed) > 0.05, max(full_speed)

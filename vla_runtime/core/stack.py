@@ -16,6 +16,7 @@ Format::
         executable: vla-sim-driver   # console script of this package
         if: use_sim                  # optional: start only when the argument is true
         unless: other_arg            # optional: start only when the argument is false
+                                     # (either may list several: [a, b] = all of them)
         parameters: {robot: $(arg robot), seed: 0}
         remappings: {/from: /to}
     refuse:                          # optional: argument combinations that cannot run
@@ -92,6 +93,17 @@ def substitute(value: Any, args: dict[str, Any]) -> Any:
     return _ARG.sub(lambda m: str(_lookup(m.group(1), args)), value)
 
 
+def _names(condition: Any) -> list[str]:
+    """The argument names of an `if`/`unless` condition: one name or a list of them."""
+    if condition is None:
+        return []
+    return [str(c) for c in condition] if isinstance(condition, list) else [str(condition)]
+
+
+def _flag(name: str, args: dict[str, Any]) -> bool:
+    return parse_bool(_lookup(name, args), f"argument {name}")
+
+
 def _lookup(name: str, args: dict[str, Any]) -> Any:
     if name not in args:
         raise StackError(f"unknown launch argument $(arg {name}); declared: {sorted(args)}")
@@ -159,11 +171,9 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     for i, entry in enumerate(raw["nodes"]):
         if not isinstance(entry, dict) or "name" not in entry or "executable" not in entry:
             raise StackError(f"stack {name!r} node #{i}: needs `name` and `executable`")
-        if "if" in entry and not parse_bool(_lookup(entry["if"], args), f"argument {entry['if']}"):
+        if not all(_flag(a, args) for a in _names(entry.get("if"))):
             continue
-        if "unless" in entry and parse_bool(
-            _lookup(entry["unless"], args), f"argument {entry['unless']}"
-        ):
+        if any(_flag(a, args) for a in _names(entry.get("unless"))):
             continue
         if entry["name"] in seen:
             raise StackError(f"stack {name!r}: two nodes named {entry['name']!r}")

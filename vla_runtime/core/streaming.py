@@ -13,6 +13,16 @@ velocities (including the w' term) keeps position and velocity continuous at bot
 window. Each control tick samples the plan at t_c and a jerk-limited tracker (ruckig) turns it
 into the command; when the plan has run dry the tracker brakes to a stop within the limits
 (never extrapolates).
+
+Speed scaling (the UR speed slider, core/speed_scaling.py): the plan lives on plan time tau,
+which advances at s x real time (`PlanClock`; tau = t while s has always been 1). Plan-side
+quantities (knot times, T_k, the stale test, blend windows, the remaining plan) are plan time;
+wall-side ones (command stamps, request timeouts, the delay in executed ticks) stay real time.
+A chunk observed at t_obs is anchored at tau(t_obs), the plan time the arm was at when the
+images were taken, so action k is stale when tau(t_obs) + t_k < tau(t_c): during an inference
+delay D only s*D of plan passes, so at s < 1 a shorter prefix is stale and at s = 0 none. Dropping
+by wall time instead would throw away actions the slowed arm has not reached yet. The request
+threshold compares the remaining plan with s x (expected delay + margin) for the same reason.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import numpy as np
 
 from vla_runtime.core.delay import DelayEstimator
 from vla_runtime.core.interpolation import JerkLimitedTracker, Limits, MotionState
+from vla_runtime.core.speed_scaling import PlanClock
 from vla_runtime.core.stats import Reservoir
 
 MODES = ("async", "sync")
@@ -182,6 +193,7 @@ class _Counters:
     stale_executed: int = 0
     empty_plan_ticks: int = 0
     startup_ticks: int = 0
+    paused_ticks: int = 0  # speed scaling 0: the plan stands still (not a starved plan)
     chunks_accepted: int = 0
     chunks_rejected: int = 0
     requests_sent: int = 0
@@ -211,13 +223,27 @@ class ActionStreamer:
         self.arm_dof = self.dof if arm_dof is None else arm_dof
         self.plan: Plan | None = None
         self.counters = _Counters()
+        self.clock = PlanClock()
+        self._speed = 1.0  # latest speed fraction; the clock takes it at the next tick
         self.last_command_time: float | None = None
+        self.last_plan_time: float | None = None  # plan time at last_command_time
         self._next_request_id = 1
         self._pending: tuple[int, float] | None = None  # (request id, sent at)
         self._handover: _Handover | None = None
         self._holding = True
 
     # ------------------------------------------------------------------ control tick
+
+    def set_speed_scaling(self, fraction: float) -> None:
+        """The speed fraction s in [0, 1] (UR speed slider): from the next tick on, plan time
+        advances at s x real time; s = 0 pauses the plan where it is."""
+        if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
+            raise ValueError(f"speed scaling must be in [0, 1], got {fraction}")
+        self._speed = float(fraction)
+
+    @property
+    def speed_scaling(self) -> float:
+        return self._speed
 
     def tick(self, now: float) -> Setpoint:
         """Advance the command to the command time now + driver_delay."""
@@ -228,25 +254,54 @@ class ActionStreamer:
         if previous is not None and t_c <= previous:  # clock did not advance (or went back)
             return self._setpoint(previous)
         dt = period if previous is None else min(t_c - previous, 10.0 * period)
+        # The latest speed governs the interval this tick advances over, (previous, t_c].
+        scale_before = self.clock.scale
+        self.clock.set_scale(self._speed, t_c if previous is None else previous)
+        scale = self.clock.scale
+        tau_c = self.clock.at(t_c)
+        tau_previous = self.last_plan_time
         previous_velocity = self.state.velocity
         plan = self.plan
-        if plan is not None and t_c <= plan.end_time:
-            self._count_executed(plan, previous, t_c)
-            self.state = self.tracker.track(self.state, plan.sample, t_c - dt, dt, plan.end_time)
+        if plan is not None and tau_c <= plan.end_time:
+            self._count_executed(plan, tau_previous, tau_c)
+            reference, t_end = self._reference(plan, t_c, tau_c, scale)
+            self.state = self.tracker.track(self.state, reference, t_c - dt, dt, t_end)
             self._holding = False
         else:
             if plan is not None:
-                self._count_executed(plan, previous, t_c)
-                c.empty_plan_ticks += 1
+                self._count_executed(plan, tau_previous, tau_c)
+                if scale > 0.0:  # a paused plan is not a starved one
+                    c.empty_plan_ticks += 1
             else:
                 c.startup_ticks += 1
             self.state = self.tracker.brake(self.state, dt)
             self._holding = True
+        if scale == 0.0:
+            c.paused_ticks += 1
         self.last_command_time = t_c
+        self.last_plan_time = tau_c
         c.steps += 1
-        if previous is not None and not self._holding:
-            self._record_velocity_change(previous_velocity, dt, t_c)
+        # Slowing down and pausing change the velocity on purpose: not a smoothness sample.
+        steady = scale == scale_before and scale > 0.0
+        if previous is not None and not self._holding and steady:
+            self._record_velocity_change(previous_velocity, dt, tau_c)
         return self._setpoint(t_c)
+
+    @staticmethod
+    def _reference(plan: Plan, t_c: float, tau_c: float, scale: float):
+        """The plan as the tracker sees it, a function of command time, and its end: plan time
+        runs at `scale`, so velocities scale by s and accelerations by s^2. Paused (s = 0), it
+        is the standing plan point: the command stops there within the limits (from speed it
+        overshoots by about v^2 / 2a and comes back, as any position target would)."""
+        if scale == 1.0 and tau_c == t_c:
+            return plan.sample, plan.end_time
+
+        def sample(t):
+            p, v, a = plan.sample(tau_c + scale * (t - t_c))
+            return p, scale * v, (scale * scale) * a
+
+        t_end = None if scale == 0.0 else t_c + (plan.end_time - tau_c) / scale
+        return sample, t_end
 
     def resync(
         self, measured_arm, measured_velocity, tolerance: float, rest_speed: float = 0.01
@@ -276,8 +331,8 @@ class ActionStreamer:
         return Setpoint(t, s.position, s.velocity, s.acceleration, self._holding)
 
     def _count_executed(self, plan: Plan, previous: float | None, t_c: float) -> None:
-        """Actions whose time the command time has now reached. One whose time had already
-        passed at the previous tick is executed late: counted as stale executed."""
+        """Actions whose time the command's plan time t_c has now reached. One whose time had
+        already passed at the previous tick is executed late: counted as stale executed."""
         c = self.counters
         i = plan.next_index
         times = plan.times
@@ -365,6 +420,8 @@ class ActionStreamer:
         t_c = now + cfg.driver_delay_s
         if self.last_command_time is not None:
             t_c = max(t_c, self.last_command_time)
+        # From here on plan time: the command's, and the observation's (see the module doc).
+        t_c, t_obs = self.clock.at(t_c), self.clock.at(t_obs)
         if cfg.mode == "sync":
             # Baseline semantics (openpi-style): the arm waited for this chunk, so it runs
             # whole, re-timed to start now, instead of skipping what the wait made late.
@@ -468,9 +525,9 @@ class ActionStreamer:
 
     def remaining_steps(self) -> int:
         """Whole control steps of plan left after the last command time."""
-        if self.plan is None or self.last_command_time is None:
+        if self.plan is None or self.last_plan_time is None:
             return 0
-        left = self.plan.end_time - self.last_command_time
+        left = self.plan.end_time - self.last_plan_time
         return max(0, int(math.floor(left / self.config.control_period_s + _EPS)))
 
     def want_request(self, now: float) -> bool:
@@ -485,9 +542,13 @@ class ActionStreamer:
         remaining = self.remaining_steps()
         if cfg.mode == "sync":
             return remaining == 0
+        scale = self._speed
+        if scale == 0.0:  # paused: the plan does not shrink, nothing to plan ahead for
+            return False
         if cfg.request_policy == "continuous":
             return True
-        return remaining < self.delay.expected_steps() + cfg.margin_steps
+        # At speed s the remaining plan lasts remaining / s control steps.
+        return remaining < scale * (self.delay.expected_steps() + cfg.margin_steps)
 
     def make_request(self, now: float) -> Request:
         """Register a request going out now; carries the actions not yet executed."""
@@ -497,11 +558,12 @@ class ActionStreamer:
         self.delay.sent(request_id, self.counters.steps)
         self.counters.requests_sent += 1
         plan = self.plan
-        if plan is None or self.last_command_time is None:
+        if plan is None or self.last_plan_time is None:
             times, positions = np.empty(0), np.empty((0, self.dof))
         else:
-            left = plan.is_action & (plan.times > self.last_command_time)
-            times, positions = plan.times[left] - now, plan.positions[left]
+            # Plan time relative to the plan time at `now` (= now - stamp while s is 1).
+            left = plan.is_action & (plan.times > self.last_plan_time)
+            times, positions = plan.times[left] - self.clock.at(now), plan.positions[left]
         return Request(request_id, now, times, positions)
 
     @property
@@ -526,6 +588,14 @@ class ActionStreamer:
             "stale_executed": c.stale_executed,
             "empty_plan_ticks": c.empty_plan_ticks,
             "startup_ticks": c.startup_ticks,
+            "paused_ticks": c.paused_ticks,
+            "speed_scaling": self._speed,
+            # How far plan time has fallen behind real time (slowed or paused), s.
+            "plan_lag_s": (
+                0.0
+                if self.last_command_time is None
+                else self.last_command_time - self.last_plan_time
+            ),  # fmt: skip
             "chunks_accepted": c.chunks_accepted,
             "chunks_rejected": c.chunks_rejected,
             "requests_sent": c.requests_sent,

@@ -3,7 +3,8 @@
 For hosts without Universal_Robots_ROS2_Driver. It offers that driver's interfaces:
 `/scaled_joint_trajectory_controller/joint_trajectory` (JointTrajectory),
 `/forward_position_controller/commands` (Float64MultiArray), and publishes `/joint_states` with
-UR joint names, `/speed_scaling_state_broadcaster/speed_scaling`, `/vla/driver/events`.
+UR joint names, `/speed_scaling_state_broadcaster/speed_scaling` (percent, like that driver),
+`/vla/driver/events`.
 
 A control thread runs ur_rtde's initPeriod/servoJ/waitPeriod loop at 500 Hz (e-Series), each
 cycle sending the commanded position for now; servoJ's lookahead and gain smooth it. Protective
@@ -149,7 +150,9 @@ class URRtdeDriverNode(CommandTopics, Node):
         msg.position = q.tolist()
         msg.velocity = [float(v) for v in self._receive.getActualQd()]
         self._state_pub.publish(msg)
-        self._scaling_pub.publish(Float64(data=float(self._receive.getSpeedScaling())))
+        # As Universal_Robots_ROS2_Driver: slider x runtime scaling, in percent.
+        scaling = self._receive.getSpeedScaling() * self._receive.getTargetSpeedFraction()
+        self._scaling_pub.publish(Float64(data=100.0 * float(scaling)))
 
     # -- commands ----------------------------------------------------------------------------
     def close(self) -> None:

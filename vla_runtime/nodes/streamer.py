@@ -13,6 +13,17 @@ its plan or holds). Tick source (`tick_source`): "thread" = a dedicated thread s
 absolute CLOCK_MONOTONIC deadlines (clock_nanosleep, lowest jitter, wall time); "timer" = a ROS
 timer on the node's clock (follows /clock with use_sim_time); "auto" = timer with sim time,
 thread otherwise.
+
+Speed scaling (`speed_scaling_topic`, empty = off; the UR stack sets
+/speed_scaling_state_broadcaster/speed_scaling): std_msgs/Float64 in `speed_scaling_unit`
+("percent", what Universal_Robots_ROS2_Driver publishes, or "fraction"). The plan then runs at
+s x real time like UR's scaled_joint_trajectory_controller, and s = 0 pauses it (core/streaming.py).
+With a topic set, streaming starts only once a first valid reading has arrived (the plan's speed
+is unknown before). A source that goes silent keeps its last value: the UR driver only stops
+publishing when its controller manager stops, and falling back to 100 % would run the plan
+ahead of a slowed arm, to 0 would freeze it on a DDS hiccup; `speed_scaling_age_s` in the stats
+shows a stale reading. Non-finite readings are ignored, out-of-range ones clamped to [0, 1],
+each with a (throttled) warning.
 """
 
 from __future__ import annotations
@@ -30,11 +41,13 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
 from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
 from vla_runtime.nodes.runtime import run_node
@@ -118,6 +131,10 @@ class StreamerNode(Node):
         # Held command vs measured arm: beyond this (rad) the held command moves to the arm, so a
         # safety gate that stopped the arm can re-arm (its start tolerance is 0.05 rad).
         self.resync_tolerance = float(declare("resync_tolerance", 0.03).value)
+        self.speed_scaling_topic = str(declare("speed_scaling_topic", "").value)
+        unit = self.speed_scaling_unit = str(declare("speed_scaling_unit", "percent").value)
+        if unit not in UNITS:
+            raise ValueError(f"speed_scaling_unit must be one of {sorted(UNITS)}, got {unit!r}")
         use_sim_time = bool(self.get_parameter("use_sim_time").value)
         if self.tick_source == "auto":
             self.tick_source = "timer" if use_sim_time else "thread"
@@ -135,6 +152,10 @@ class StreamerNode(Node):
         self.overruns = 0
         self._last_tick_ns: int | None = None
         self._warn = _ThrottledLog(self.get_logger().warning)
+        self._warn_scaling = _ThrottledLog(self.get_logger().warning)
+        self._speed: float | None = None  # latest valid speed fraction (None: none yet)
+        self._speed_at: float | None = None  # time.monotonic() of that reading
+        self._speed_rejected = 0
 
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
@@ -143,6 +164,8 @@ class StreamerNode(Node):
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
+        if self.speed_scaling_topic:
+            self.create_subscription(Float64, self.speed_scaling_topic, self._on_speed_scaling, 10)
         self.create_timer(stats_period_s, self.publish_stats)
 
         self._stop = threading.Event()
@@ -154,9 +177,13 @@ class StreamerNode(Node):
             sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
             self._thread = threading.Thread(target=self._tick_loop, name="control", daemon=True)
             self._thread.start()
+        scaling = (
+            f"speed scaling from {self.speed_scaling_topic} ({self.speed_scaling_unit})"
+            if self.speed_scaling_topic else "no speed scaling"
+        )  # fmt: skip
         self.get_logger().info(
             f"streamer: {self.control_rate_hz:g} Hz ({self.tick_source}), mode {self.config.mode}, "
-            f"requests {self.config.request_policy}, joints {self.joint_names}"
+            f"requests {self.config.request_policy}, joints {self.joint_names}, {scaling}"
         )
 
     # ------------------------------------------------------------------ control loop
@@ -224,6 +251,26 @@ class StreamerNode(Node):
 
     # ------------------------------------------------------------------ inputs
 
+    def _on_speed_scaling(self, msg: Float64) -> None:
+        fraction, warning = speed_fraction(msg.data, self.speed_scaling_unit)
+        if warning is not None:
+            self._warn_scaling(f"{self.speed_scaling_topic}: {warning}")
+        if fraction is None:
+            self._speed_rejected += 1
+            return
+        previous = self._speed
+        with self._lock:
+            self._speed, self._speed_at = fraction, time.monotonic()
+            if self.streamer is not None:
+                self.streamer.set_speed_scaling(fraction)
+        if previous is None:
+            self.get_logger().info(f"speed scaling {fraction:.0%}")
+        elif (previous == 0.0) != (fraction == 0.0):
+            self.get_logger().info(
+                "speed scaling 0: plan paused" if fraction == 0.0
+                else f"speed scaling {fraction:.0%}: plan resumed"
+            )  # fmt: skip
+
     def _on_joint_state(self, msg: JointState) -> None:
         index = {name: i for i, name in enumerate(msg.name)}
         if self.streamer is not None:
@@ -250,10 +297,18 @@ class StreamerNode(Node):
         if not all(math.isfinite(p) for p in position):
             self._warn(f"non-finite joint state {position}; not starting yet")
             return
+        if self.speed_scaling_topic and self._speed is None:
+            self._warn(
+                f"no speed scaling on {self.speed_scaling_topic} yet; not starting (set "
+                "speed_scaling_topic:='' to stream without it)"
+            )
+            return
         with self._lock:
             self.streamer = ActionStreamer(
                 self.config, self.limits, np.array(position), arm_dof=len(self.arm_joints)
             )
+            if self._speed is not None:
+                self.streamer.set_speed_scaling(self._speed)
         self.get_logger().info(f"holding the measured state {np.round(position, 4).tolist()}")
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
@@ -306,7 +361,11 @@ class StreamerNode(Node):
             values = {} if self.streamer is None else self.streamer.metrics()
         tick = self.tick_us.summary()
         jitter = self.period_error_ms.summary()
+        speed_age = None if self._speed_at is None else time.monotonic() - self._speed_at
         values.update(
+            speed_scaling_topic=self.speed_scaling_topic,
+            speed_scaling_age_s=speed_age,
+            speed_scaling_rejected=self._speed_rejected,
             mode=self.config.mode,
             request_policy=self.config.request_policy,
             control_rate_hz=self.control_rate_hz,
@@ -326,9 +385,14 @@ class StreamerNode(Node):
         level = DiagnosticStatus.OK
         message = "streaming"
         if not values["started"]:
-            level, message = DiagnosticStatus.WARN, "waiting for the first joint state"
+            waiting = "the first joint state"
+            if self.speed_scaling_topic and self._speed is None:
+                waiting = f"the first joint state and speed scaling ({self.speed_scaling_topic})"
+            level, message = DiagnosticStatus.WARN, f"waiting for {waiting}"
         elif values.get("stale_executed"):
             level, message = DiagnosticStatus.ERROR, "stale actions executed"
+        elif values.get("speed_scaling") == 0.0:
+            level, message = DiagnosticStatus.WARN, "paused (speed scaling 0)"
         elif values.get("holding"):
             level, message = DiagnosticStatus.WARN, "holding (no plan)"
         status = DiagnosticStatus(

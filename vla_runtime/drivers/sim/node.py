@@ -4,6 +4,13 @@ Physics runs in its own thread, paced to wall time x real_time_factor (or as fas
 lock-step on /sim/step requests). The driver is the clock source: it publishes /clock and stamps
 everything with sim time, so it never uses sim time itself. Cameras render in their own
 processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
+
+Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling
+(std_msgs/Float64 in percent on `speed_scaling_topic`, by default
+/speed_scaling_state_broadcaster/speed_scaling for robots driven through
+scaled_joint_trajectory_controller, with every joint state): 100 x the `speed_scaling` parameter
+(a fraction, 1.0 by default, settable at run time to play the pendant's slider). The simulated
+arm itself is not slowed: it follows whatever it is commanded.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, String, UInt32
+from std_msgs.msg import Float64, Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.nodes.runtime import run_node
 from vla_runtime.sim.scene import SceneConfig
 from vla_runtime.sim.simulator import Simulator
@@ -63,6 +71,16 @@ class SimDriverNode(Node):
             key: self.declare_parameter(f"{key}_controller", robot.controllers[yaml_key]).value
             for key, yaml_key in yaml_keys.items()
         }
+        # UR's driver always runs the speed scaling broadcaster next to its scaled controller.
+        is_ur = controllers["trajectory"] == "scaled_joint_trajectory_controller"
+        scaling_topic = str(
+            self.declare_parameter(
+                "speed_scaling_topic", UR_SPEED_SCALING_TOPIC if is_ur else ""
+            ).value
+        )
+        self._speed_scaling = float(self.declare_parameter("speed_scaling", 1.0).value)
+        if not 0.0 <= self._speed_scaling <= 1.0:
+            raise ValueError(f"speed_scaling must be in [0, 1], got {self._speed_scaling}")
         if self.rtf < 0.0:
             raise ValueError(f"real_time_factor must be >= 0, got {self.rtf}")
         if self.get_parameter("use_sim_time").value:
@@ -88,6 +106,9 @@ class SimDriverNode(Node):
         )
         self._xml_pub = self.create_publisher(String, topics.SIM_SCENE_XML, LATCHED)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self._scaling_pub = (
+            self.create_publisher(Float64, scaling_topic, 10) if scaling_topic else None
+        )
         self._clock_msg = Clock()
         self._state_msg = JointState(name=list(self.sim.joint_names))
         self._scene_msg = Float64MultiArray()
@@ -220,6 +241,8 @@ class SimDriverNode(Node):
             msg.position = positions.tolist()
             msg.velocity = velocities.tolist()
             self._state_pub.publish(msg)
+            if self._scaling_pub is not None:  # percent, as UR's broadcaster publishes it
+                self._scaling_pub.publish(Float64(data=100.0 * self._speed_scaling))
         if scene:
             self._scene_msg.data = [t, *qpos]
             self._scene_pub.publish(self._scene_msg)
@@ -292,7 +315,15 @@ class SimDriverNode(Node):
                     self.sim.randomize(param.value)
                 self._publish_xml()  # tells cameras the scene was re-laid
                 self.get_logger().info(f"cubes re-placed with seed {param.value}")
-            elif param.name in ("robot", "n_cubes", "lockstep", "real_time_factor"):
+            elif param.name == "speed_scaling":
+                if param.type_ != Parameter.Type.DOUBLE or not 0.0 <= param.value <= 1.0:
+                    return SetParametersResult(
+                        successful=False, reason="speed_scaling must be a float in [0, 1]"
+                    )
+                self._speed_scaling = float(param.value)
+            elif param.name in (
+                "robot", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic"
+            ):  # fmt: skip
                 return SetParametersResult(
                     successful=False, reason=f"{param.name} is fixed at start-up"
                 )

@@ -1,0 +1,97 @@
+"""Speed scaling (the UR pendant's speed slider) for the action streamer, pure logic without ROS.
+
+Source: Universal_Robots_ROS2_Driver's `speed_scaling_state_broadcaster` publishes std_msgs/Float64
+on `/speed_scaling_state_broadcaster/speed_scaling` (100 Hz) in PERCENT, 0..100: its update()
+publishes `speed_scaling_factor * 100.0` on humble, jazzy and kilted, although ur_controllers'
+README says "between 0 and 1" (the code wins; `speed_scaling_unit` "fraction" exists for
+sources that do publish 0..1). The factor is the slider (RTDE target_speed_fraction) times the
+controller's own runtime scaling; the driver forces it to 0 while the program is paused or
+resuming. `scaled_joint_trajectory_controller`
+advances its trajectory time by factor x period each cycle; the streamer does the same with its
+plan (`PlanClock`), so the plan and the arm slow down, pause and resume together.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+UR_SPEED_SCALING_TOPIC = "/speed_scaling_state_broadcaster/speed_scaling"
+# Divisor that turns a reading into a fraction: UR's broadcaster publishes percent.
+UNITS = {"percent": 100.0, "fraction": 1.0}
+_TOLERANCE = 1e-9  # rounding slack at the ends of [0, 1], clamped without a warning
+
+
+def speed_fraction(reading: float, unit: str = "percent") -> tuple[float | None, str | None]:
+    """The speed fraction in [0, 1] for a raw reading, and a warning when the reading was
+    clamped or rejected. A non-finite reading is rejected (None: keep the last value); a
+    negative one is clamped to 0 (pause, the safe side); above 1 is clamped to 1."""
+    if unit not in UNITS:
+        raise ValueError(f"speed scaling unit must be one of {sorted(UNITS)}, got {unit!r}")
+    value = float(reading)
+    if not math.isfinite(value):
+        return None, f"speed scaling {value!r} is not finite: ignored, keeping the last value"
+    fraction = value / UNITS[unit]
+    if fraction < -_TOLERANCE:
+        return 0.0, f"speed scaling {value:g} ({unit}) is negative: clamped to 0 (pause)"
+    if fraction > 1.0 + _TOLERANCE:
+        hint = " (the UR driver publishes percent: speed_scaling_unit percent?)" if (
+            unit == "fraction" and value <= 100.0
+        ) else ""  # fmt: skip
+        return 1.0, f"speed scaling {value:g} ({unit}) is above 100 %: clamped to 1{hint}"
+    return min(max(fraction, 0.0), 1.0), None
+
+
+class PlanClock:
+    """Plan time tau as a function of time t (ROS time, the streamer's command-time axis):
+    d tau / dt = s, the speed fraction in force. Piecewise linear with a breakpoint wherever s
+    changed, so a past time (an observation stamp) maps to the plan time the arm was at then.
+
+    Until the first change tau = t exactly (no arithmetic at all), so streaming at full speed
+    is bit-for-bit what it was without speed scaling. Breakpoints older than `history_s`
+    before the newest one are forgotten: older stamps extrapolate the last forgotten slope
+    (chunks that old are stale anyway)."""
+
+    def __init__(self, history_s: float = 30.0):
+        self.history_s = history_s
+        self._t: list[float] = []  # breakpoint times, increasing
+        self._tau: list[float] = []  # plan time at each breakpoint
+        self._scale: list[float] = []  # slope from each breakpoint on
+        self._slope_before = 1.0  # slope before the oldest breakpoint kept (1: tau = t there)
+
+    @property
+    def scale(self) -> float:
+        """The speed fraction in force now (1 before any change)."""
+        return self._scale[-1] if self._scale else 1.0
+
+    def at(self, t: float) -> float:
+        if not self._t:
+            return t
+        i = bisect.bisect_right(self._t, t) - 1
+        if i < 0:
+            return self._tau[0] + self._slope_before * (t - self._t[0])
+        return self._tau[i] + self._scale[i] * (t - self._t[i])
+
+    def set_scale(self, scale: float, t: float) -> None:
+        """From time t on, plan time advances at `scale` x real time. t never goes back: a
+        change dated before the newest breakpoint takes effect at that breakpoint."""
+        if not 0.0 <= scale <= 1.0:
+            raise ValueError(f"speed scale must be in [0, 1], got {scale}")
+        if scale == self.scale:
+            return
+        if self._t and t < self._t[-1]:
+            t = self._t[-1]
+        tau = self.at(t)
+        if self._t and t == self._t[-1]:  # two changes at one instant: the later one wins
+            self._tau[-1], self._scale[-1] = tau, scale
+        else:
+            self._t.append(t)
+            self._tau.append(tau)
+            self._scale.append(scale)
+        self._forget_before(t - self.history_s)
+
+    def _forget_before(self, t: float) -> None:
+        keep = max(0, bisect.bisect_right(self._t, t) - 1)  # the segment covering t stays
+        if keep:
+            self._slope_before = self._scale[keep - 1]
+            del self._t[:keep], self._tau[:keep], self._scale[:keep]

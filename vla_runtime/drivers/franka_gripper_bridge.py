@@ -1,0 +1,197 @@
+"""franka_ros2 gripper bridge (`vla-franka-gripper`): gate gripper widths -> franka_gripper actions.
+
+On the franka_ros2 (ros2_control) path nothing consumes the safety gate's gripper command
+(`/<gripper controller>/commands`, std_msgs/Float64MultiArray [width in m], `/fr3_gripper/commands`
+for the FR3): the Franka Hand is driven by franka_gripper_node's actions. This node turns the
+width stream into open / close intents (core/gripper_intent.py: hysteresis, one goal in flight)
+and sends franka_msgs/action/Move (open: width, speed) and franka_msgs/action/Grasp (close:
+width, epsilon.inner/outer, speed, force) goals to `<action_namespace>/move` and `/grasp`.
+`action_namespace` is /franka_gripper on current franka_ros2; releases up to 0.1.x named the
+node `<arm_id>_gripper` (e.g. /panda_gripper). Results and failures go to /vla/driver/events.
+
+Where franka_msgs does not import, the node logs one error naming the package and how to get it,
+then keeps running and ignores the commands. Where the action servers are missing (franka_bringup's
+fake hardware has none; franka_gripper not started) it says so, throttled, and sends the pending
+goal once they appear.
+
+UNTESTED HERE: the franka_msgs path (franka_msgs is not pip-installable and no Franka Hand is
+available on the development hosts). The decision logic is unit-tested in
+test/unit/test_gripper_intent.py; the missing-package path and the goal fields in
+test/integration/test_franka_gripper_bridge.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray, String
+
+from vla_runtime.core import topics
+from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
+from vla_runtime.core.robot import load_robot
+from vla_runtime.nodes.runtime import run_node
+
+try:  # franka_ros2's message package: a colcon workspace or distribution package, never pip
+    from franka_msgs.action import Grasp, Move
+except ImportError:
+    Grasp = Move = None
+
+MISSING_FRANKA_MSGS = (
+    "franka_msgs is not importable: gripper commands on {topic} are NOT sent to the Franka Hand "
+    "({namespace}/move, {namespace}/grasp). Install franka_ros2's franka_msgs (build "
+    "https://github.com/frankarobotics/franka_ros2 in a colcon workspace, or your distribution's "
+    "ros-$ROS_DISTRO-franka-msgs package where one exists), source its install/setup.bash and "
+    "restart. Running on without the gripper."
+)
+SEND_PERIOD_S = 0.1  # re-check for a pending goal (after a result, or once a server appears)
+
+
+class _Throttled:
+    def __init__(self, log, period_s: float = 10.0):
+        self._log, self._period, self._last = log, period_s, -math.inf
+
+    def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= self._period:
+            self._last = now
+            self._log(message)
+
+
+class FrankaGripperBridge(Node):
+    def __init__(self, name: str = "franka_gripper_bridge", **kwargs):
+        super().__init__(name, **kwargs)
+        declare = self.declare_parameter
+        robot = load_robot(str(declare("robot", "fr3").value))
+        if "gripper" not in robot.controllers or not robot.gripper_max_width:
+            raise ValueError(f"robot {robot.name} has no gripper")
+        self.command_topic = str(
+            declare("command_topic", topics.forward_command(robot.controllers["gripper"])).value
+        )
+        self.namespace = "/" + str(declare("action_namespace", "/franka_gripper").value).strip("/")
+        w = robot.gripper_max_width
+        self.intent = GripperIntent(
+            GripperIntentConfig(
+                max_width=w,
+                close_below=float(declare("close_below", 0.4 * w).value),
+                open_above=float(declare("open_above", 0.6 * w).value),
+                open_width=float(declare("open_width", w).value),
+                speed=float(declare("speed", 0.05).value),
+                force=float(declare("force", 20.0).value),
+                epsilon_inner=float(declare("epsilon_inner", 0.005).value),
+                epsilon_outer=float(declare("epsilon_outer", w).value),
+                goal_timeout_s=float(declare("goal_timeout_s", 5.0).value),
+            )
+        )
+        self.counts = {"move": 0, "grasp": 0, "failed": 0, "ignored": 0}
+        self._warn = _Throttled(self.get_logger().warning)
+        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
+        if Move is None:
+            self.actions = None
+            message = MISSING_FRANKA_MSGS.format(topic=self.command_topic, namespace=self.namespace)
+            self.get_logger().error(message)
+            self._event("gripper_unavailable", reason="franka_msgs missing")
+            return
+        from rclpy.action import ActionClient
+
+        self.actions = {
+            "move": ActionClient(self, Move, f"{self.namespace}/move"),
+            "grasp": ActionClient(self, Grasp, f"{self.namespace}/grasp"),
+        }
+        self.create_timer(SEND_PERIOD_S, self._send_due)
+        self.get_logger().info(
+            f"gripper widths on {self.command_topic} -> {self.namespace}/move (open) and "
+            f"{self.namespace}/grasp (close)"
+        )
+
+    # -- commands ----------------------------------------------------------------------------
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        if self.actions is None:  # already said once why
+            self.counts["ignored"] += 1
+            return
+        if len(msg.data) != 1:
+            reason = f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
+        else:
+            reason = self.intent.command(float(msg.data[0]))
+        if reason is not None:
+            self.counts["ignored"] += 1
+            self._warn(f"{self.command_topic}: {reason}; ignored")
+            return
+        self._send_due()
+
+    def _send_due(self) -> None:
+        goal = self.intent.due(time.monotonic())
+        if goal is None:
+            return
+        client = self.actions[goal.action]
+        if not client.server_is_ready():
+            self._warn(
+                f"no action server on {self.namespace}/{goal.action}: is franka_gripper running "
+                "(franka_bringup's fake hardware has none)? The goal goes out once it appears."
+            )
+            return
+        token = self.intent.mark_sent(goal, time.monotonic())
+        self.counts[goal.action] += 1
+        self._event("gripper_goal", action=goal.action, width=goal.width)
+        future = client.send_goal_async(self._goal_message(goal))
+        future.add_done_callback(lambda f: self._on_goal_response(goal, token, f))
+
+    @staticmethod
+    def _goal_message(goal: GripperGoal):
+        if goal.action == "move":
+            msg = Move.Goal()
+        else:
+            msg = Grasp.Goal()
+            msg.force = goal.force
+            msg.epsilon.inner = goal.epsilon_inner
+            msg.epsilon.outer = goal.epsilon_outer
+        msg.width = goal.width
+        msg.speed = goal.speed
+        return msg
+
+    def _on_goal_response(self, goal: GripperGoal, token: int, future) -> None:
+        try:
+            handle = future.result()
+        except Exception as exc:
+            return self._failed(goal, token, f"send failed: {exc!r}")
+        if handle is None or not handle.accepted:
+            return self._failed(goal, token, "goal rejected")
+        handle.get_result_async().add_done_callback(
+            lambda f: self._on_result(goal, token, f)
+        )  # fmt: skip
+
+    def _on_result(self, goal: GripperGoal, token: int, future) -> None:
+        from action_msgs.msg import GoalStatus
+
+        try:
+            response = future.result()
+        except Exception as exc:
+            return self._failed(goal, token, f"no result: {exc!r}")
+        result = response.result
+        if response.status != GoalStatus.STATUS_SUCCEEDED or not result.success:
+            error = getattr(result, "error", "") or f"status {response.status}"
+            return self._failed(goal, token, error)
+        self.intent.finished(token)
+        self._event("gripper_done", action=goal.action, width=goal.width)
+
+    def _failed(self, goal: GripperGoal, token: int, reason: str) -> None:
+        self.intent.finished(token)
+        self.counts["failed"] += 1
+        self.get_logger().warning(f"gripper {goal.action} (width {goal.width} m): {reason}")
+        self._event("gripper_failed", action=goal.action, width=goal.width, reason=reason)
+
+    def _event(self, event: str, **fields) -> None:
+        fields.update(event=event, stamp=self.get_clock().now().nanoseconds * 1e-9)
+        self._event_pub.publish(String(data=json.dumps(fields)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_node(FrankaGripperBridge, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
