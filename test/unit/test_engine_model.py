@@ -177,7 +177,12 @@ def test_conv_stem_and_auxiliary_head():
     assert torch.isfinite(flow) and torch.isfinite(aux) and aux.item() > 0
     (flow + aux).backward()  # the auxiliary loss reaches the vision encoder's stem
     assert model.vision.patch[0].weight.grad.abs().sum() > 0
-    assert model.aux_head[1].weight.grad.abs().sum() > 0
+    assert model.aux_head[2].weight.grad.abs().sum() > 0
+    assert model.state_proj.weight.grad.abs().sum() > 0  # the flow loss still reads the state
+    with torch.no_grad():  # the head reads the cameras only: the joint state cannot leak in
+        first = model.encode_prefix(text, images, state, return_aux=True)[2]
+        other = model.encode_prefix(text, images, state + 1.0, return_aux=True)[2]
+    assert torch.equal(first, other)
     plain = VLAModel(config)
     with pytest.raises(ValueError, match="auxiliary head"):
         flow_matching_loss(plain, text, images, state, actions, aux_target=target)

@@ -61,7 +61,7 @@ class ModelConfig:
     # "patch": one strided conv (ViT/SigLIP-style); "conv": a small conv stem first, whose
     # locality lets a from-scratch encoder find few-pixel objects with little data.
     stem: str = "patch"
-    # Width of the auxiliary head reading the state token (0: none). Trained to predict
+    # Width of the auxiliary head reading the camera blocks (0: none). Trained to predict
     # privileged sim state (the target's position); never used at inference.
     aux_dim: int = 0
 
@@ -307,7 +307,13 @@ class VLAModel(nn.Module):
         self.expert_norm = nn.LayerNorm(e)
         self.action_out = nn.Linear(e, cfg.action_dim)
         if cfg.aux_dim:
-            self.aux_head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, cfg.aux_dim))
+            # Reads the camera tokens only, not the state token: the joint state of a moving
+            # arm already reveals where it is heading, a shortcut that would let the head (and
+            # the encoder behind it) skip localising the target in the images.
+            camera_tokens = cfg.num_cameras * cfg.tokens_per_camera
+            self.aux_head = nn.Sequential(
+                nn.LayerNorm(d), nn.Flatten(1), nn.Linear(camera_tokens * d, cfg.aux_dim)
+            )
 
     # ---- prefix stages -------------------------------------------------------------------
 
@@ -353,18 +359,20 @@ class VLAModel(nn.Module):
         unique, inverse = torch.unique(text_ids, dim=0, return_inverse=True)
         text_kv = self.instruction_kv(unique)[:, :, inverse]
         t_bias = text_bias(text_ids)
-        kvs = [text_kv]
+        kvs, camera_hidden = [text_kv], []
         for c in range(images.shape[1]):
             index = torch.full((b,), c, dtype=torch.long, device=images.device)
             tokens = self.vision_tokens(images[:, c], index)
-            kvs.append(self.block_kv(tokens, text_kv, t_bias))
+            kv, hidden = self.block_kv(tokens, text_kv, t_bias, return_hidden=True)
+            kvs.append(kv)
+            camera_hidden.append(hidden)
         past = torch.cat(kvs, dim=4)
         past_bias = F.pad(t_bias, (0, past.shape[4] - t_bias.shape[1]))
-        state_kv, state_hidden = self.block_kv(self.state_tokens(state), past, past_bias, True)
-        kvs.append(state_kv)
+        kvs.append(self.block_kv(self.state_tokens(state), past, past_bias))
         out = torch.cat(kvs, dim=4), F.pad(t_bias, (0, self.cfg.prefix_len - t_bias.shape[1]))
         if return_aux:
-            return *out, self.aux_head(state_hidden[:, 0]) if self.cfg.aux_dim else None
+            aux = self.aux_head(torch.cat(camera_hidden, dim=1)) if self.cfg.aux_dim else None
+            return *out, aux
         return out
 
     # ---- action expert -------------------------------------------------------------------
