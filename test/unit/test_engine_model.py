@@ -176,7 +176,7 @@ def test_conv_stem_and_auxiliary_head():
     flow, aux = flow_matching_loss(model, text, images, state, actions, aux_target=target)
     assert torch.isfinite(flow) and torch.isfinite(aux) and aux.item() > 0
     (flow + aux).backward()  # the auxiliary loss reaches the vision encoder's stem
-    assert model.vision.patch[0].weight.grad.abs().sum() > 0
+    assert model.vision.stem[0].weight.grad.abs().sum() > 0
     assert model.aux_head[2].weight.grad.abs().sum() > 0
     assert model.state_proj.weight.grad.abs().sum() > 0  # the flow loss still reads the state
     with torch.no_grad():  # the head reads the cameras only: the joint state cannot leak in
@@ -186,6 +186,19 @@ def test_conv_stem_and_auxiliary_head():
     plain = VLAModel(config)
     with pytest.raises(ValueError, match="auxiliary head"):
         flow_matching_loss(plain, text, images, state, actions, aux_target=target)
+
+
+def test_spatial_softmax_finds_a_hot_spot():
+    from vla_runtime.engine.model import SpatialSoftmax
+
+    keypoints = SpatialSoftmax(channels=1, keypoints=1)
+    with torch.no_grad():
+        keypoints.conv.weight.fill_(1.0)
+        keypoints.conv.bias.zero_()
+        features = torch.zeros(1, 1, 5, 9)
+        features[0, 0, 1, 6] = 50.0  # row 1 of 0..4, column 6 of 0..8
+        xy = keypoints(features)[0, 0]
+    assert torch.allclose(xy, torch.tensor([6 / 8 * 2 - 1, 1 / 4 * 2 - 1]), atol=1e-4)
 
 
 def _bad_inputs():

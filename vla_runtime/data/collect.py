@@ -46,8 +46,10 @@ DEFAULT_IMAGE_SIZE = 96
 CAMERAS = ("scene", "wrist")
 POST_SUCCESS_STEPS = 5  # frames kept after success so the policy also learns to settle
 STATE_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["gripper_width"]
-# observation.environment_state: the named cube's centre (base frame), for auxiliary losses.
-ENV_STATE_NAMES = ["target_x", "target_y", "target_z"]
+# observation.environment_state (base frame), for auxiliary losses: the named cube's centre,
+# then every cube's centre in a fixed colour order. The fixed-order part teaches the encoder to
+# find each colour without the instruction; the target part, which one the instruction names.
+ENV_STATE_NAMES = [f"{cube}_{axis}" for cube in ("target", *scene_colours()) for axis in "xyz"]
 PHYSICS_STEPS = round(CONTROL_DT / 0.001)
 
 
@@ -124,7 +126,7 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
         for camera, image in frame.images.items():
             images[camera].append(image)
         states.append(frame.state)
-        targets.append(frame.qpos[target : target + 3])
+        targets.append(np.concatenate([snapshot.cubes[setup.target], *snapshot.cubes.values()]))
         actions.append(np.append(q, width).astype(np.float32))
         flags.append(flag)
         frame = env.step(q, width)

@@ -61,6 +61,11 @@ class ModelConfig:
     # "patch": one strided conv (ViT/SigLIP-style); "conv": a small conv stem first, whose
     # locality lets a from-scratch encoder find few-pixel objects with little data.
     stem: str = "patch"
+    # Spatial-softmax keypoints of the conv stem's feature map (0: none), one extra token per
+    # camera: the expected image position of each of `keypoints` learned features, which
+    # makes "where is the small red thing" a direct read-out instead of something the
+    # transformer must discover (the visuomotor-policy trick of Levine et al. 2016).
+    keypoints: int = 0
     # Width of the auxiliary head reading the camera blocks (0: none). Trained to predict
     # privileged sim state (the target's position); never used at inference.
     aux_dim: int = 0
@@ -70,6 +75,8 @@ class ModelConfig:
             raise ValueError(f"stem must be 'patch' or 'conv', got {self.stem!r}")
         if self.stem == "conv" and self.patch_size % 4:
             raise ValueError(f"the conv stem needs a patch size divisible by 4: {self}")
+        if self.keypoints and self.stem != "conv":
+            raise ValueError(f"keypoints need the conv stem: {self}")
         cell = 2 * self.patch_size  # patches are merged 2x2 after the vision encoder
         if self.image_height % cell or self.image_width % cell:
             raise ValueError(f"image size must be a multiple of {cell}: {self}")
@@ -87,7 +94,7 @@ class ModelConfig:
     @property
     def tokens_per_camera(self) -> int:
         gh, gw = self.grid
-        return (gh // 2) * (gw // 2)
+        return (gh // 2) * (gw // 2) + (1 if self.keypoints else 0)
 
     @property
     def prefix_len(self) -> int:
@@ -126,6 +133,7 @@ PRESETS: dict[str, dict] = {
         heads=4,
         expert_dim=96,
         stem="conv",
+        keypoints=32,
     ),
     "small": dict(
         vision_dim=768,
@@ -240,16 +248,21 @@ class VisionEncoder(nn.Module):
         super().__init__()
         gh, gw = cfg.grid
         self.grid = (gh, gw)
+        self.stem = nn.Identity()
         if cfg.stem == "conv":  # stride 2, 2, then patch/4: the same grid as "patch"
-            self.patch = nn.Sequential(
+            self.stem = nn.Sequential(
                 nn.Conv2d(3, 32, 5, stride=2, padding=2),
                 nn.GELU(approximate="tanh"),
                 nn.Conv2d(32, 64, 3, stride=2, padding=1),
                 nn.GELU(approximate="tanh"),
-                nn.Conv2d(64, cfg.vision_dim, cfg.patch_size // 4, stride=cfg.patch_size // 4),
             )
+            self.patch = nn.Conv2d(64, cfg.vision_dim, cfg.patch_size // 4, cfg.patch_size // 4)
         else:
             self.patch = nn.Conv2d(3, cfg.vision_dim, cfg.patch_size, stride=cfg.patch_size)
+        self.keypoints = None
+        if cfg.keypoints:
+            self.keypoints = SpatialSoftmax(64, cfg.keypoints)
+            self.keypoint_proj = nn.Linear(2 * cfg.keypoints, cfg.dim)
         self.pos = nn.Parameter(torch.randn(1, gh * gw, cfg.vision_dim) * 0.02)
         head_dim = cfg.vision_dim // cfg.vision_heads
         self.layers = nn.ModuleList(
@@ -263,15 +276,38 @@ class VisionEncoder(nn.Module):
     def forward(self, image: torch.Tensor, camera_index: torch.Tensor) -> torch.Tensor:
         """image (B, H, W, 3) uint8 rgb8, camera_index (B,) int64 -> (B, tokens, dim)."""
         x = image.permute(0, 3, 1, 2).float() * (2.0 / 255.0) - 1.0
-        x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+        features = self.stem(x)
+        x = self.patch(features).flatten(2).transpose(1, 2) + self.pos
         for layer in self.layers:
             x, _, _ = layer(x)
         x = self.norm(x)
         b, c = x.shape[0], x.shape[-1]
         gh, gw = self.grid
         x = x.view(b, gh // 2, 2, gw // 2, 2, c).permute(0, 1, 3, 2, 4, 5)
-        x = x.reshape(b, (gh // 2) * (gw // 2), 4 * c)
-        return self.proj(x) + self.camera[camera_index].unsqueeze(1)
+        x = self.proj(x.reshape(b, (gh // 2) * (gw // 2), 4 * c))
+        if self.keypoints is not None:
+            points = self.keypoint_proj(self.keypoints(features).flatten(1))
+            x = torch.cat([x, points.unsqueeze(1)], dim=1)
+        return x + self.camera[camera_index].unsqueeze(1)
+
+
+class SpatialSoftmax(nn.Module):
+    """(B, C, H, W) features -> (B, K, 2) expected (x, y) in [-1, 1] of K learned feature maps
+    (a 1x1 conv), each a softmax over positions with a learned temperature."""
+
+    def __init__(self, channels: int, keypoints: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, keypoints, 1)
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        maps = self.conv(features)
+        b, k, h, w = maps.shape
+        weights = torch.softmax(maps.flatten(2) / self.log_temperature.exp(), dim=-1)
+        ys = torch.linspace(-1.0, 1.0, h, device=maps.device)
+        xs = torch.linspace(-1.0, 1.0, w, device=maps.device)
+        grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1).reshape(h * w, 2)
+        return weights @ grid
 
 
 def time_embedding(tau: torch.Tensor, width: int) -> torch.Tensor:
