@@ -12,6 +12,11 @@ Prefix attention is block-causal:
   reused exactly when the scheduler marks the camera stable;
 - state token: the whole prefix before it.
 
+A camera block is the vision encoder's 2x2-merged patch tokens, plus (tiny preset) one token of
+spatial-softmax keypoints of its conv stem. Training may add an auxiliary head on the camera
+blocks' hidden states that predicts privileged sim state (the cubes' positions); it never runs
+at inference and sees neither the state token nor the action expert.
+
 The action expert's layer l attends to the backbone's layer-l prefix KV plus its own H action
 tokens (bidirectional), as in pi0; flow time tau conditions every action token. Sampling runs
 Euler steps from noise (tau = 0) to actions (tau = 1): A <- A + dtau * v(A, tau).
