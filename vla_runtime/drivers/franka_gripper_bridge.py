@@ -23,7 +23,6 @@ test/integration/test_franka_gripper_bridge.py.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 
@@ -33,7 +32,7 @@ from std_msgs.msg import Float64MultiArray, String
 from vla_runtime.core import topics
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.nodes.runtime import ThrottledLog, run_node
 
 try:  # franka_ros2's message package: a colcon workspace or distribution package, never pip
     from franka_msgs.action import Grasp, Move
@@ -48,17 +47,6 @@ MISSING_FRANKA_MSGS = (
     "restart. Running on without the gripper."
 )
 SEND_PERIOD_S = 0.1  # re-check for a pending goal (after a result, or once a server appears)
-
-
-class _Throttled:
-    def __init__(self, log, period_s: float = 10.0):
-        self._log, self._period, self._last = log, period_s, -math.inf
-
-    def __call__(self, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last >= self._period:
-            self._last = now
-            self._log(message)
 
 
 class FrankaGripperBridge(Node):
@@ -87,7 +75,7 @@ class FrankaGripperBridge(Node):
             )
         )
         self.counts = {"move": 0, "grasp": 0, "failed": 0, "ignored": 0}
-        self._warn = _Throttled(self.get_logger().warning)
+        self._warn = ThrottledLog(self.get_logger().warning, period_s=10.0)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
         if Move is None:

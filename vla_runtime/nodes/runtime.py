@@ -7,8 +7,10 @@ after which the node's `close()` runs so drivers can leave the arm holding.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 
@@ -79,3 +81,16 @@ class BackgroundSpinner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class ThrottledLog:
+    """Calls `log(message)` at most once every `period_s` (monotonic), whatever the message."""
+
+    def __init__(self, log, period_s: float = 2.0):
+        self._log, self._period, self._last = log, period_s, -math.inf
+
+    def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= self._period:
+            self._last = now
+            self._log(message)

@@ -50,7 +50,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.nodes.runtime import ThrottledLog, run_node
 
 TICK_SOURCES = ("auto", "thread", "timer")
 REQUEST_PREFIX = "req:"
@@ -93,17 +93,6 @@ def parse_request_id(frame_id: str) -> int | None:
 
 def stamp_seconds(stamp) -> float:
     return stamp.sec + stamp.nanosec * 1e-9
-
-
-class _ThrottledLog:
-    def __init__(self, log, period_s: float = 2.0):
-        self._log, self._period, self._last = log, period_s, -math.inf
-
-    def __call__(self, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last >= self._period:
-            self._last = now
-            self._log(message)
 
 
 class StreamerNode(Node):
@@ -151,8 +140,8 @@ class StreamerNode(Node):
         self.period_error_ms = Reservoir(20_000)
         self.overruns = 0
         self._last_tick_ns: int | None = None
-        self._warn = _ThrottledLog(self.get_logger().warning)
-        self._warn_scaling = _ThrottledLog(self.get_logger().warning)
+        self._warn = ThrottledLog(self.get_logger().warning)
+        self._warn_scaling = ThrottledLog(self.get_logger().warning)
         self._speed: float | None = None  # latest valid speed fraction (None: none yet)
         self._speed_at: float | None = None  # time.monotonic() of that reading
         self._speed_rejected = 0
