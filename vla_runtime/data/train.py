@@ -183,8 +183,8 @@ def train(
     started = time.perf_counter()
     data = load_training_data(data_dirs, config.max_text_len, include_failed, progress)
     load_s = time.perf_counter() - started
-    # Auxiliary loss: predict the (normalised) privileged state from the prefix, a dense signal
-    # that teaches the encoder to find the named object before the actions depend on it.
+    # Auxiliary loss: predict the (normalised) privileged state from the camera blocks, a dense
+    # signal that teaches the encoder to find the named object before the actions depend on it.
     aux = None
     if aux_weight > 0 and data.env_state is not None:
         config = replace(config, aux_dim=data.env_state.shape[1])
@@ -200,6 +200,8 @@ def train(
         rng = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         elapsed0 = float(state["train_seconds"])
+        if not model.cfg.aux_dim:  # a run started without the auxiliary head goes on without it
+            aux = None
     else:
         torch.manual_seed(seed)
         model = VLAModel(config).train()
