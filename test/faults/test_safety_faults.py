@@ -17,6 +17,8 @@ import pytest
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_runtime.core import topics
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_safety_node import (  # noqa: E402
     HOME,
@@ -40,6 +42,10 @@ def node(rclpy_context, tmp_path):
         probe.spin_until(lambda: probe.command_pub.get_subscription_count() > 0, "subscription")
         probe.spin_until(lambda: probe.chunk_pub.get_subscription_count() > 0, "chunk sub")
         probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state sub")
+        # Its event publisher must have matched our reader before the first verdict goes out.
+        probe.spin_until(
+            lambda: probe.node.count_publishers(topics.SAFETY_EVENTS) > 0, "safety events"
+        )
         probe.run(0.2)
         yield probe, proc
     finally:
