@@ -155,7 +155,9 @@ def probe(rclpy_context, tmp_path):
 
 def test_gate_over_dds_startup_limits_watchdog_and_estop(probe):
     # Commands before any joint state never reach the driver.
-    probe.run(0.3, command=lambda t: HOME, state=False)
+    deadline = time.monotonic() + WAIT_S  # (a first, throttled event may precede discovery)
+    while "arm_rejected" not in probe.kinds() and time.monotonic() < deadline:
+        probe.run(0.3, command=lambda t: HOME, state=False)
     assert probe.outputs == []
     assert "arm_rejected" in probe.kinds()
 
@@ -263,6 +265,10 @@ def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_
     try:
         probe.spin_until(lambda: probe.command_pub.get_subscription_count() > 0, "safety")
         probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state sub")
+        deadline = time.monotonic() + WAIT_S  # armed (state known, command agrees) first
+        while not trajectories and time.monotonic() < deadline:
+            probe.run(0.1, command=lambda t: HOME)
+        trajectories.clear()
 
         def stream(t):
             q = HOME.copy()

@@ -20,10 +20,13 @@ The dataset is committed episode by episode: Ctrl-C loses only the episode in pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +148,29 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
     return episode, {"success": success, "frames": len(states)}
 
 
+class _Deferred:
+    hit = False
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold Ctrl-C (SIGINT) back while the block runs; `.hit` says whether one came. Only the
+    main thread can own signal handlers; elsewhere the block runs unprotected."""
+    deferred = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+
+    def hold(signum, frame):
+        deferred.hit = True
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield deferred
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def collect(
     task: str,
     episodes: int,
@@ -177,10 +203,13 @@ def collect(
     try:
         for k in range(episodes):
             episode, figures = run_expert_episode(env, task, seed + k, reader)
-            writer.add_episode(episode)
-            done += 1
-            successes += figures["success"]
-            frames += figures["frames"]
+            with sigint_deferred() as deferred:  # a finished episode is committed and counted
+                writer.add_episode(episode)
+                done += 1
+                successes += figures["success"]
+                frames += figures["frames"]
+            if deferred.hit:
+                raise KeyboardInterrupt
             bar.update(1)
             bar.set_postfix(success=f"{successes / done:.2f}")
     except KeyboardInterrupt:
