@@ -114,6 +114,20 @@ def _engine_cost(results: list[EpisodeResult]) -> dict:
 # ------------------------------------------------------------------------------ in-process
 
 
+def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, frame):
+    """Run control periods (callables returning the next frame) until success or the episode's
+    step limit; returns (steps run so far, latest frame)."""
+    for advance in periods:
+        frame = advance()
+        steps += 1
+        if is_success(setup, reader.snapshot(frame.qpos)):
+            result.success, result.time_s = True, steps * CONTROL_DT
+            break
+        if steps >= setup.max_steps:
+            break
+    return steps, frame
+
+
 def evaluate_in_process(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True,
@@ -142,14 +156,9 @@ def evaluate_in_process(
                 chunk = policy.infer(obs)
                 result.latencies_ms.append(1e3 * (time.perf_counter() - t0))
                 result.chunks += 1
-                for action in clip_to_limits(chunk.actions[:execute], env.sim.robot):
-                    frame = env.step(action[:7], float(action[7]))
-                    steps += 1
-                    if is_success(setup, reader.snapshot(frame.qpos)):
-                        result.success, result.time_s = True, steps * CONTROL_DT
-                        break
-                    if steps >= setup.max_steps:
-                        break
+                actions = clip_to_limits(chunk.actions[:execute], env.sim.robot)
+                periods = (lambda a=a: env.step(a[:7], float(a[7])) for a in actions)
+                steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
             results.append(result)
     finally:
         env.close()
@@ -250,14 +259,8 @@ def evaluate_stack(
                 for point, row in zip(msg.points, rows, strict=True):
                     point.positions = row.tolist()
                 stack.command_pub.publish(msg)  # the chunk is a JTC trajectory
-                for _ in range(min(execute, len(msg.points))):
-                    frame = env.advance()
-                    steps += 1
-                    if is_success(setup, reader.snapshot(frame.qpos)):
-                        result.success, result.time_s = True, steps * CONTROL_DT
-                        break
-                    if steps >= setup.max_steps:
-                        break
+                periods = (env.advance for _ in range(min(execute, len(msg.points))))
+                steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
             result.steps = steps
             results.append(result)
     finally:
