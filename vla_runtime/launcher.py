@@ -46,6 +46,7 @@ class NodeProcess:
     tail: deque = field(default_factory=lambda: deque(maxlen=40))
     stopped_by_us: bool = False
     escalated: str | None = None
+    pump: threading.Thread | None = None
 
     @property
     def name(self) -> str:
@@ -74,7 +75,8 @@ def start_node(spec: NodeSpec, env: dict[str, str], workdir: Path, echo: bool) -
         start_new_session=True,  # Ctrl-C reaches the launcher only; it stops nodes in order
     )
     proc = NodeProcess(spec, popen)
-    threading.Thread(target=proc.pump_output, args=(echo,), daemon=True).start()
+    proc.pump = threading.Thread(target=proc.pump_output, args=(echo,), daemon=True)
+    proc.pump.start()
     return proc
 
 
@@ -222,7 +224,10 @@ def run_stack(
         }
     if died is not None:
         nodes[died.name]["died"] = True
-        nodes[died.name]["last_output"] = list(died.tail)[-15:]
+    for p in procs:
+        if p is died or not nodes[p.name]["clean"]:
+            p.pump.join(timeout=2.0)  # the last lines explain the exit
+            nodes[p.name]["last_output"] = list(p.tail)[-15:]
     report.update(
         stack=stack.name,
         domain_id=claim.domain_id,

@@ -74,12 +74,14 @@ class Probe:
             lambda m: self.grippers.append(m.data[0]),
             100,
         )
-        sub(String, topics.SAFETY_EVENTS, lambda m: self.events.append(json.loads(m.data)), 1000)
+        self.events_sub = sub(
+            String, topics.SAFETY_EVENTS, lambda m: self.events.append(json.loads(m.data)), 1000
+        )
         sub(JointTrajectory, topics.CHECKED_CHUNK, self.checked.append, 100)
         pub = self.node.create_publisher
         self.state_pub = pub(JointState, topics.JOINT_STATES, 10)
         self.command_pub = pub(JointState, topics.COMMAND, 10)
-        self.chunk_pub = pub(JointTrajectory, topics.ACTION_CHUNK, 10)
+        self.chunk_pub = pub(JointTrajectory, topics.ACTION_CHUNK, 100)  # floods: keep all
         self.estop_pub = pub(Bool, topics.ESTOP, 10)
         self.reset_pub = pub(Empty, "/vla/estop/reset", 10)
         self.arm = HOME.copy()  # what the "driver" reports
@@ -116,7 +118,7 @@ class Probe:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
+                raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
             self.publish_state()
             self.executor.spin_once(timeout_sec=0.01)
 
@@ -145,7 +147,7 @@ def probe(rclpy_context, tmp_path):
         p.spin_until(lambda: p.command_pub.get_subscription_count() > 0, "safety to subscribe")
         p.spin_until(lambda: p.chunk_pub.get_subscription_count() > 0, "chunk subscription")
         # ... and its event publisher must have matched ours before the first event goes out.
-        p.spin_until(lambda: p.node.count_publishers(topics.SAFETY_EVENTS) > 0, "safety events")
+        p.spin_until(lambda: p.events_sub.get_publisher_count() > 0, "safety events")
         yield p
     finally:
         p.close()

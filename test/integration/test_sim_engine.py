@@ -4,6 +4,7 @@ action chunks at the engine's rate, stamped with the capture time of the newest 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
     )
     report_path = tmp_path / "run.json"
     proc, domain = start_launcher(
-        "--duration", "12", "--report", str(report_path), stack=str(stack)
+        "--duration", "90", "--report", str(report_path), stack=str(stack)
     )
     probe = Probe(domain)
     try:
@@ -56,15 +57,26 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
             cam: probe.collect(Image, f"/vla/cameras/{cam}/image_raw", qos_profile_sensor_data)
             for cam in ("scene", "wrist")
         }
-        # Count chunks once the probe itself receives both cameras (best effort, late join).
-        assert probe.spin_until(lambda: all(images.values()), 120), "no camera images"
-        first = len(chunks)
-        assert probe.spin_until(lambda: len(chunks) >= first + 3, 120), "no chunks"
-        del chunks[:first]
+        # Check chunks from the moment the probe itself receives both cameras (best effort,
+        # late join), then stop the stack: a loaded host may need much of the 90 s.
+        first = None
+
+        def enough() -> bool:
+            nonlocal first
+            if first is None and all(images.values()):
+                first = len(chunks)
+            return (first is not None and len(chunks) >= first + 5) or proc.poll() is not None
+
+        probe.spin_until(enough, 150)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # a clean stop, reported like the end of the run
     finally:
         probe.close()
         code, out = finish(proc, timeout=180)
     assert code == 0, out
+    assert first is not None, "the probe received no camera images"
+    del chunks[:first]
+    assert len(chunks) >= 3, f"the probe received {len(chunks)} chunks after the first images"
     image_stamps = {stamp(m) for msgs in images.values() for m in msgs}
     arm = [f"fr3_joint{i}" for i in range(1, 8)]
     for chunk in chunks:
@@ -82,5 +94,6 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
     delivered = report["topics"]["/vla/action_chunk"]["count"]
     published = int(report["diagnostics"]["/vla/engine/stats"]["engine"]["chunks_published"])
     assert delivered >= 3 and report["topics"]["/vla/action_chunk"]["rate_hz"] > 0.0
-    # Every chunk the engine computed reached the graph (the last one may be in flight).
-    assert published - 1 <= delivered <= published
+    # Every chunk the engine computed reached the graph (the report is taken while the last
+    # chunk, or its stats message, may still be in flight).
+    assert abs(published - delivered) <= 1

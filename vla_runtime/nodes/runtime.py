@@ -1,13 +1,14 @@
 """Process entry helper shared by every node: init, a spin_once loop, clean shutdown.
 
 A `spin_once(timeout_sec=…)` loop is used rather than EventsExecutor, which hung in shutdown
-on the pip-installed Jazzy wheels. SIGINT and SIGTERM both end the loop (rclpy's handlers),
-after which the node's `close()` runs so drivers can leave the arm holding.
+on the pip-installed Jazzy wheels. SIGINT and SIGTERM both end the loop, after which the node's
+`close()` runs so drivers can leave the arm holding.
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import threading
 import time
@@ -17,38 +18,57 @@ from collections.abc import Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 
 def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> int:
-    """Create the node from `make_node`, spin until shutdown, return the process exit code."""
-    rclpy.init(args=sys.argv if argv is None else argv)
+    """Create the node from `make_node`, spin until SIGINT/SIGTERM, return the exit code.
+
+    The signals are handled here rather than by rclpy: its handler shuts the context down from
+    another thread while the loop may be inside a callback or a take, which then fails at
+    random (seen in CI as an "unclean stop"). Here a signal only ends the loop, and `close()`
+    runs while the context is still valid (a driver can still command a hold). A second signal
+    raises KeyboardInterrupt, for a close() that hangs."""
+    rclpy.init(
+        args=sys.argv if argv is None else argv, signal_handler_options=SignalHandlerOptions.NO
+    )
+    stop = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None
     code = 0
     try:
         node = make_node()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        while rclpy.ok():
+        while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
-        # A signal can shut the context down between ok() and spin_once(): that is a clean stop.
-        # Anything else is a crash the launcher must see as a non-zero exit.
-        if rclpy.ok():
-            print(f"[{getattr(node, 'get_name', lambda: '?')()}] fatal: {exc!r}", file=sys.stderr)
-            traceback.print_exc()
-            code = 1
+        # A crash the launcher must see as a non-zero exit.
+        print(f"[{getattr(node, 'get_name', lambda: '?')()}] fatal: {exc!r}", file=sys.stderr)
+        traceback.print_exc()
+        code = 1
     finally:
-        if node is not None:
-            close = getattr(node, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception as exc:
-                    print(f"close failed: {exc!r}", file=sys.stderr)
-            node.destroy_node()
-        rclpy.try_shutdown()
+        try:
+            if node is not None:
+                close = getattr(node, "close", None)
+                if close is not None:
+                    try:
+                        close()
+                    except Exception as exc:
+                        print(f"close failed: {exc!r}", file=sys.stderr)
+                node.destroy_node()
+        finally:
+            rclpy.try_shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     return code
 
 
