@@ -95,6 +95,8 @@ class Probe:
         return self.node.get_clock().now().nanoseconds * 1e-9
 
     def spin_sim_seconds(self, seconds: float, timeout: float = 60.0) -> None:
+        # Until /clock arrives (it is discovered separately from /joint_states) sim time reads 0.
+        assert self.spin_until(lambda: self.sim_now() > 0.0, timeout), "no /clock"
         end = self.sim_now() + seconds
         assert self.spin_until(lambda: self.sim_now() >= end, timeout), "sim time stalled"
 
@@ -109,6 +111,7 @@ class Probe:
             point.positions = [float(v) for v in q]
             point.time_from_start = Duration(sec=int(t), nanosec=int((t % 1) * 1e9))
             msg.points.append(point)
+        assert self.spin_until(lambda: self.jtc.get_subscription_count() > 0, 60), "no driver"
         self.jtc.publish(msg)
 
     def close(self) -> None:
