@@ -66,6 +66,22 @@ def test_rejected_commands_give_the_reason_and_freeze_where_the_setpoint_is():
     np.testing.assert_allclose(cmd.sample(9.0)[0], [-0.5, 1.5])
 
 
+def test_tracking_covers_trajectories_and_forward_streams_but_not_a_lone_step():
+    cmd = command()
+    assert not cmd.tracking(0.0)
+    assert cmd.set_positions([0.3, 0.2], now=1.0) is None
+    assert not cmd.tracking(1.001)  # one forward command: a step
+    assert cmd.set_positions([0.31, 0.2], now=1.004) is None
+    assert cmd.tracking(1.006)  # a 250 Hz stream
+    assert not cmd.tracking(1.004 + 0.051)  # the stream stopped: holding, not tracking
+    assert cmd.set_positions([0.5, 0.2], now=2.0) is None
+    assert not cmd.tracking(2.001)  # a new step long after the last command
+    assert cmd.set_positions([5.0, 0.2], now=2.004) is not None  # rejected: no stream either
+    assert not cmd.tracking(2.005)
+    assert cmd.set_trajectory(JOINTS, [[0.0, 0.0]], [1.0], now=3.0) is None
+    assert cmd.tracking(3.5)
+
+
 def test_finger_column_becomes_a_desired_width():
     cmd = command(finger=True)
     assert cmd.set_trajectory(["f1", "j1", "j2"], [[0.01, 0.1, 0.2]], [1.0], now=0.0) is None

@@ -25,6 +25,8 @@ from vla_runtime.core.trajectory import (
     validate_trajectory,
 )
 
+STREAM_GAP_S = 0.05  # forward commands closer than this form a stream (a gate sends 4 ms apart)
+
 
 class ArmCommand:
     """Desired arm positions/velocities over time; the finger joint (if any) is optional in
@@ -49,6 +51,7 @@ class ArmCommand:
         self._with_finger = False
         self._hold = np.asarray(start, dtype=float).copy()
         self.desired_width: float | None = None  # last width asked through a trajectory
+        self._forward_times = (-math.inf, -math.inf)  # the last two accepted forward commands
 
     @property
     def trajectory_active(self) -> bool:
@@ -140,7 +143,17 @@ class ArmCommand:
             self.hold(self.sample(now)[0].copy())
             return reason
         self.hold(values)
+        self._forward_times = (self._forward_times[1], now)
         return None
+
+    def tracking(self, now: float, max_gap: float = STREAM_GAP_S) -> bool:
+        """Whether the setpoint is one the arm is meant to be following now: a trajectory, or a
+        forward position *stream* (the last two commands, and now, within `max_gap`). A lone
+        forward command is a step, whose "tracking error" would only be the step itself."""
+        if self.trajectory_active:
+            return True
+        previous, last = self._forward_times
+        return last - previous <= max_gap and now - last <= max_gap
 
 
 @dataclass

@@ -191,13 +191,13 @@ class FrankyDriverNode(CommandTopics, Node):
         now = self._now()
         with self._lock:
             # Desired now first: sampling ahead may already finish the trajectory.
-            tracking = self.command.trajectory_active
+            tracking = self.command.tracking(now)
             desired_now = self.command.sample(now)[0].copy()
             target_p, target_v = self.command.sample(now + self.lookahead)
             target_p, target_v = target_p.copy(), target_v.copy()
             if self.command.desired_width is not None:
                 self._desired_width, self.command.desired_width = self.command.desired_width, None
-        if tracking:  # a forward command is a step: its "error" is the move itself
+        if tracking:
             self._tracking.add(float(np.max(np.abs(q - desired_now))))
         self._publish_state(now, q, dq)
         if not send:

@@ -1,0 +1,171 @@
+"""Issue 8 acceptance: the whole Franka stack with the direct (franky / libfranka) driver against
+franky-sim, a libfranka-protocol simulator in its own process, for 60 s.
+
+`vla-runtime launch franka direct:=true policy:=true` runs cameras -> engine (the shipped
+checkpoint) -> safety -> streamer -> franky driver. The cameras replay video files rendered from
+the simulated task scene (`camera_source:=file`), the way a user dry-runs a stack on recorded
+video. Checked: every chunk gets a verdict, what passes the gate moves the arm, zero libfranka
+errors over the minute, the tracking error p99 is reported, every node stops cleanly, and the
+gate's gripper widths reach the gripper.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from stack_probe import finish, start_launcher
+
+from vla_runtime.bench.driver import start_franky_sim, stop_process
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKPOINT = ROOT / "checkpoints" / "vla_tiny_sim"
+IMAGE_SIZE = 96  # the shipped checkpoint's cameras
+RUN_S = 60.0
+
+
+def write_camera_videos(directory: Path, frames: int = 30, fps: float = 15.0) -> dict[str, Path]:
+    """Scene and wrist videos of the reach task with the arm at home, where the test puts the
+    franky-sim arm: what the cameras would see when the policy starts."""
+    from vla_runtime.data.collect import InProcessEnv
+
+    env = InProcessEnv("reach", image_size=IMAGE_SIZE)
+    paths = {c: directory / f"{c}.avi" for c in env.renderers}
+    writers = {
+        c: cv2.VideoWriter(str(p), cv2.VideoWriter_fourcc(*"MJPG"), fps, (IMAGE_SIZE, IMAGE_SIZE))
+        for c, p in paths.items()
+    }
+    try:
+        frame = env.reset(seed=3)
+        for _ in range(frames):
+            for camera, image in frame.images.items():
+                writers[camera].write(cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+    finally:
+        for writer in writers.values():
+            writer.release()
+        env.close()
+    return paths
+
+
+def move_home(robot_ip: str) -> None:
+    """What an operator does before starting a policy: bring the arm to its start pose (the
+    policy was trained from home; franky-sim starts elsewhere). Plain franky, no ROS."""
+    import franky
+
+    from vla_runtime.core.robot import load_robot
+
+    robot = franky.Robot(robot_ip, realtime_config=franky.RealtimeConfig.Ignore)
+    robot.relative_dynamics_factor = 0.3
+    robot.move(franky.JointMotion(list(load_robot("fr3").home)))
+    del robot  # release the FCI connection for the driver
+
+
+class StackProbe:
+    """Records driver stats, joint states, gate gripper widths and safety events."""
+
+    def __init__(self, domain_id: int):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray, String
+
+        from vla_runtime.core import topics
+
+        self.ctx = Context()
+        rclpy.init(context=self.ctx, domain_id=domain_id)
+        self.node = rclpy.create_node("franka_stack_probe", context=self.ctx)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self.stats: dict | None = None
+        self.fingers: list[float] = []
+        self.arm: list[np.ndarray] = []
+        self.widths: list[float] = []
+        self.events: list[dict] = []
+        sub = self.node.create_subscription
+        sub(DiagnosticArray, topics.DRIVER_STATS, self._on_stats, 10)
+        sub(JointState, "/joint_states", self._on_state, 50)
+        sub(Float64MultiArray, "/fr3_gripper/commands", lambda m: self.widths.append(m.data[0]), 50)
+        sub(String, topics.SAFETY_EVENTS, lambda m: self.events.append(json.loads(m.data)), 1000)
+
+    def _on_stats(self, msg) -> None:
+        for status in msg.status:
+            if status.message.startswith("{"):
+                self.stats = json.loads(status.message)
+
+    def _on_state(self, msg) -> None:
+        self.arm.append(np.array(msg.position[:7]))
+        self.fingers.append(float(sum(msg.position[7:])))
+
+    def spin_until(self, condition, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.05)
+            if condition():
+                return True
+        return False
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+
+def test_franka_direct_stack_runs_the_policy_on_franky_sim_for_60_s(tmp_path):
+    videos = write_camera_videos(tmp_path)
+    try:
+        sim, robot_ip = start_franky_sim()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    report_path = tmp_path / "run.json"
+    proc = probe = None
+    try:
+        move_home(robot_ip)
+        proc, domain = start_launcher(
+            "--duration", str(RUN_S), "--report", str(report_path),
+            "direct:=true", f"robot_ip:={robot_ip}", "realtime_config:=ignore",
+            "policy:=true", f"checkpoint:={CHECKPOINT}", f"image_size:={IMAGE_SIZE}",
+            "camera_source:=file", f"scene_device:={videos['scene']}",
+            f"wrist_device:={videos['wrist']}",
+            stack="franka",
+        )  # fmt: skip
+        probe = StackProbe(domain)
+        assert probe.spin_until(lambda: proc.poll() is not None, RUN_S + 120), "stack still runs"
+        final_stats = probe.stats
+    finally:
+        if probe is not None:
+            probe.close()
+        code, out = finish(proc, timeout=60) if proc is not None else (None, "")
+        stop_process(sim)
+    assert code == 0, out
+    report = json.loads(report_path.read_text())
+    print(out)
+    assert report["duration_s"] >= RUN_S and report["ok"]
+    assert final_stats is not None, "no /vla/driver/stats"
+    print("franky driver stats:", json.dumps(final_stats))
+    assert final_stats["libfranka_errors"] == 0, final_stats
+    # Every chunk the engine published got a verdict; what the gate let through was streamed
+    # and moved the arm. (The shipped policy starts most chunks 0.1-0.4 rad away from the
+    # measured joints: the chunk check vetoes those, and the arm holds in between.)
+    engine = report["diagnostics"]["/vla/engine/stats"]["engine"]
+    chunks = [e for e in probe.events if e.get("event") == "chunk"]
+    assert abs(len(chunks) - int(engine["chunks_published"])) <= 1, (len(chunks), engine)
+    passed = [e for e in chunks if e["verdict"] in ("accept", "clip")]
+    assert passed, [e.get("reasons") for e in chunks][:5]
+    streamer = report["diagnostics"]["/vla/streamer/stats"]["streamer"]
+    assert int(streamer["executed_actions"]) > 0 and int(streamer["stale_executed"]) == 0
+    swing = np.ptp(np.array(probe.arm), axis=0)
+    assert swing.max() > 0.01, swing
+    # The driver followed the gate's 250 Hz setpoint stream the whole minute.
+    assert final_stats["tracking_error_rad"]["p99"] is not None
+    print(f"tracking error p99 {final_stats['tracking_error_rad']['p99']:.4f} rad")
+    # The gate's gripper widths reached the gripper (closing and opening it on command is
+    # test_franky_driver.py: this policy keeps it open in a reach scene).
+    assert probe.widths, "no gripper commands from the gate"
+    assert final_stats["gripper_calls"]["failed"] == 0 and max(probe.fingers) > 0.07
