@@ -257,9 +257,25 @@ def collect_main(argv: list[str] | None = None) -> int:
         help="lockstep/realtime: through the ROS node stack; inprocess: no ROS (fast dev tool)",
     )
     parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE)
+    recovery = parser.add_argument_group(
+        "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"
+    )
+    recovery.add_argument("--recover-from", metavar="CKPT", help="policy checkpoint to roll out")
+    recovery.add_argument("--branch-every", type=int, default=8, help="control steps")
+    recovery.add_argument("--branch-steps", type=int, default=24, help="expert steps per branch")
+    recovery.add_argument("--execute", type=int, default=2, help="policy actions per chunk")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.recover_from:
+        from vla_runtime.data.recovery import collect_recovery
+
+        summary = collect_recovery(
+            args.recover_from, args.task, args.episodes, args.out, args.seed,
+            args.branch_every, args.branch_steps, args.execute, progress=not args.no_progress,
+        )  # fmt: skip
+        print(json.dumps(summary, indent=None if args.json else 2))
+        return 130 if summary["interrupted"] else 0
     summary = collect(
         args.task, args.episodes, args.out, args.seed, args.mode, args.image_size,
         progress=not args.no_progress,

@@ -1,0 +1,145 @@
+"""Recovery data (DAgger-style, no teleoperator): where a policy goes, the expert shows the way.
+
+A checkpoint runs closed loop in the in-process simulator. Every `branch_every` control steps
+the whole simulator state is saved, a fresh scripted expert takes over from exactly that state
+for `branch_steps` steps (recorded, rendered, success-labelled: an ordinary episode), and the
+state is restored so the policy carries on where it was. The branches cover the states the
+policy really visits, including the drifted ones an expert alone never shows, each with the
+expert's way back (Ross et al., DAgger, 2011). Training on expert data + branches is
+`vla-runtime train --data expert --data branches`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first imported
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from vla_runtime.data.collect import (  # noqa: E402
+    CAMERAS,
+    CONTROL_DT,
+    ENV_STATE_NAMES,
+    STATE_NAMES,
+    InProcessEnv,
+    sigint_deferred,
+)
+from vla_runtime.data.lerobot_format import Episode, LeRobotWriter  # noqa: E402
+from vla_runtime.sim.tasks import SceneReader, is_success, scene_colours  # noqa: E402
+
+_SHARED = ("model", "data", "xml", "reader", "robot", "config")  # never change during an episode
+
+
+class SimCheckpoint:
+    """A restorable copy of a `TaskSimulator`'s complete state (physics + controller)."""
+
+    def __init__(self, sim):
+        self.data = mujoco.MjData(sim.model)
+        mujoco.mj_copyData(self.data, sim.model, sim.data)
+        self.attributes = {k: copy.deepcopy(v) for k, v in vars(sim).items() if k not in _SHARED}
+
+    def restore(self, sim) -> None:
+        mujoco.mj_copyData(sim.data, sim.model, self.data)
+        for key, value in self.attributes.items():
+            setattr(sim, key, copy.deepcopy(value))
+
+
+def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> Episode:
+    """A fresh expert from the current state for `steps` control steps (or until success)."""
+    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
+
+    setup = env.setup
+    expert = ScriptedExpert(setup, ArmKinematics(env.model))
+    target = env.model.joint(setup.target_body).qposadr[0]
+    images = {c: [] for c in frame.images}
+    states, actions, flags, env_states = [], [], [], []
+    for _ in range(steps):
+        snapshot = reader.snapshot(frame.qpos)
+        flag = is_success(setup, snapshot)
+        q, width = expert.act(snapshot, frame.state[:7], frame.qpos[target + 3 : target + 7])
+        for camera, image in frame.images.items():
+            images[camera].append(image)
+        states.append(frame.state)
+        env_states.append(np.concatenate([snapshot.cubes[setup.target], *snapshot.cubes.values()]))
+        actions.append(np.append(q, width).astype(np.float32))
+        flags.append(flag)
+        frame = env.step(q, width)
+    return Episode(
+        images={c: np.stack(v) for c, v in images.items()},
+        state=np.stack(states),
+        action=np.stack(actions),
+        task=setup.instruction,
+        success=bool(any(flags)),
+        frame_success=np.array(flags),
+        seed=setup.seed,
+        env_state=np.asarray(env_states, np.float32),
+        extra={"task": setup.task, "recovery_branch": True},
+    )
+
+
+def collect_recovery(
+    checkpoint: str, task: str, episodes: int, out: str | Path, seed: int = 0,
+    branch_every: int = 6, branch_steps: int = 24, execute: int = 2, progress: bool = True,
+) -> dict:  # fmt: skip
+    """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert off it."""
+    from tqdm import tqdm
+
+    from vla_runtime.data.evaluate import clip_to_limits
+    from vla_runtime.engine.factory import load_policy
+    from vla_runtime.engine.policy import Observation
+
+    if seed + episodes > 90000:
+        raise ValueError("seeds >= 90000 are reserved for evaluation")
+    policy = load_policy("torch", checkpoint, seed=0)
+    size = policy.spec.cameras[0].height
+    writer = LeRobotWriter(
+        out, fps=1.0 / CONTROL_DT, cameras={c: (size, size) for c in CAMERAS},
+        state_names=STATE_NAMES, action_names=STATE_NAMES, env_state_names=ENV_STATE_NAMES,
+    )  # fmt: skip
+    env = InProcessEnv(task, size)
+    reader = SceneReader(env.model, scene_colours())
+    branches = branch_successes = policy_successes = done = 0
+    interrupted = False
+    started = time.perf_counter()
+    try:
+        for k in tqdm(range(episodes), desc=f"recovery {task}", disable=not progress):
+            frame = env.reset(seed + k)
+            setup = env.setup
+            steps, succeeded = 0, False
+            while steps < setup.max_steps and not succeeded:
+                if steps % branch_every == 0:
+                    saved = SimCheckpoint(env.sim)
+                    branch = expert_branch(env, frame, reader, branch_steps)
+                    with sigint_deferred() as deferred:  # a finished branch is kept and counted
+                        writer.add_episode(branch)
+                        branches += 1
+                        branch_successes += branch.success
+                    if deferred.hit:
+                        raise KeyboardInterrupt
+                    saved.restore(env.sim)
+                obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
+                for a in clip_to_limits(policy.infer(obs).actions[:execute], env.sim.robot):
+                    frame = env.step(a[:7], float(a[7]))
+                    steps += 1
+                    if is_success(setup, reader.snapshot(frame.qpos)):
+                        succeeded = True
+                        break
+            policy_successes += succeeded
+            done += 1
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        env.close()
+    return {
+        "task": task, "episodes": done, "interrupted": interrupted, "branches": branches,
+        "branch_success_rate": branch_successes / max(branches, 1),
+        "policy_success_rate": policy_successes / max(done, 1),
+        "seconds": round(time.perf_counter() - started, 1), "out": str(out),
+        "checkpoint": checkpoint, "seed": seed, "branch_every": branch_every,
+        "branch_steps": branch_steps, "execute": execute,
+    }  # fmt: skip
