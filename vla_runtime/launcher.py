@@ -227,7 +227,7 @@ def run_stack(
     for p in procs:
         if p is died or not nodes[p.name]["clean"]:
             p.pump.join(timeout=2.0)  # the last lines explain the exit
-            nodes[p.name]["last_output"] = list(p.tail)[-15:]
+            nodes[p.name]["last_output"] = list(p.tail)[-40:]
     report.update(
         stack=stack.name,
         domain_id=claim.domain_id,

@@ -7,6 +7,7 @@ on the pip-installed Jazzy wheels. SIGINT and SIGTERM both end the loop, after w
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import signal
 import sys
@@ -19,6 +20,8 @@ import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
+
+SHUTDOWN_REPORT_S = 7.0  # the launcher escalates to SIGTERM after 10 s
 
 
 def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> int:
@@ -38,6 +41,9 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
+        # A stop that hangs prints every thread's stack (the launcher keeps an unclean node's
+        # last output); faulthandler's watchdog thread needs no GIL, so it works even then.
+        faulthandler.dump_traceback_later(SHUTDOWN_REPORT_S, file=sys.stderr)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None
@@ -67,6 +73,7 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
                 node.destroy_node()
         finally:
             rclpy.try_shutdown()
+            faulthandler.cancel_dump_traceback_later()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return code
