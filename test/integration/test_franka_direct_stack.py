@@ -12,13 +12,12 @@ gate's gripper widths reach the gripper.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-from stack_probe import finish, start_launcher
+from stack_probe import Probe, finish, start_launcher
 
 from vla_runtime.bench.driver import start_franky_sim, stop_process
 
@@ -66,34 +65,22 @@ def move_home(robot_ip: str) -> None:
     del robot  # release the FCI connection for the driver
 
 
-class StackProbe:
-    """Records driver stats, joint states, gate gripper widths and safety events."""
+class StackProbe(Probe):
+    """Also records driver stats, every joint state, gate gripper widths and safety events."""
 
     def __init__(self, domain_id: int):
-        import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray, String
 
         from vla_runtime.core import topics
 
-        self.ctx = Context()
-        rclpy.init(context=self.ctx, domain_id=domain_id)
-        self.node = rclpy.create_node("franka_stack_probe", context=self.ctx)
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
         self.stats: dict | None = None
-        self.fingers: list[float] = []
         self.arm: list[np.ndarray] = []
-        self.widths: list[float] = []
-        self.events: list[dict] = []
-        sub = self.node.create_subscription
-        sub(DiagnosticArray, topics.DRIVER_STATS, self._on_stats, 10)
-        sub(JointState, "/joint_states", self._on_state, 50)
-        sub(Float64MultiArray, "/fr3_gripper/commands", lambda m: self.widths.append(m.data[0]), 50)
-        sub(String, topics.SAFETY_EVENTS, lambda m: self.events.append(json.loads(m.data)), 1000)
+        self.fingers: list[float] = []
+        super().__init__(domain_id)
+        self.node.create_subscription(DiagnosticArray, topics.DRIVER_STATS, self._on_stats, 10)
+        self.widths = self.collect(Float64MultiArray, "/fr3_gripper/commands", 50)
+        self.safety_events = self.collect(String, topics.SAFETY_EVENTS, 1000)
 
     def _on_stats(self, msg) -> None:
         for status in msg.status:
@@ -101,20 +88,9 @@ class StackProbe:
                 self.stats = json.loads(status.message)
 
     def _on_state(self, msg) -> None:
-        self.arm.append(np.array(msg.position[:7]))
+        super()._on_state(msg)
+        self.arm.append(self.q)
         self.fingers.append(float(sum(msg.position[7:])))
-
-    def spin_until(self, condition, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.executor.spin_once(timeout_sec=0.05)
-            if condition():
-                return True
-        return False
-
-    def close(self) -> None:
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
 
 
 def test_franka_direct_stack_runs_the_policy_on_franky_sim_for_60_s(tmp_path):
@@ -154,7 +130,8 @@ def test_franka_direct_stack_runs_the_policy_on_franky_sim_for_60_s(tmp_path):
     # and moved the arm. (The shipped policy starts most chunks 0.1-0.4 rad away from the
     # measured joints: the chunk check vetoes those, and the arm holds in between.)
     engine = report["diagnostics"]["/vla/engine/stats"]["engine"]
-    chunks = [e for e in probe.events if e.get("event") == "chunk"]
+    events = [json.loads(m.data) for m in probe.safety_events]
+    chunks = [e for e in events if e.get("event") == "chunk"]
     assert abs(len(chunks) - int(engine["chunks_published"])) <= 1, (len(chunks), engine)
     passed = [e for e in chunks if e["verdict"] in ("accept", "clip")]
     assert passed, [e.get("reasons") for e in chunks][:5]

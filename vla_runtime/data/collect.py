@@ -107,45 +107,64 @@ class InProcessEnv:
             renderer.close()
 
 
+class ExpertRecorder:
+    """A scripted expert driving `env` from the current state, recording each step as a frame
+    (images, state, privileged env state, the expert's action, the success detector)."""
+
+    def __init__(self, env, reader: SceneReader):
+        from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
+
+        self.env, self.reader, self.setup = env, reader, env.setup
+        self.expert = ScriptedExpert(self.setup, ArmKinematics(env.model))
+        self._target = env.model.joint(self.setup.target_body).qposadr[0]
+        self.images: dict[str, list] = {}
+        self.states, self.actions, self.flags, self.env_states = [], [], [], []
+
+    def step(self, frame: Frame) -> tuple[Frame, bool]:
+        """Record `frame` with the expert's action, execute it; the next frame and whether the
+        task was solved in `frame`."""
+        setup, target = self.setup, self._target
+        snapshot = self.reader.snapshot(frame.qpos)
+        flag = is_success(setup, snapshot)
+        q, width = self.expert.act(snapshot, frame.state[:7], frame.qpos[target + 3 : target + 7])
+        for camera, image in frame.images.items():
+            self.images.setdefault(camera, []).append(image)
+        self.states.append(frame.state)
+        self.env_states.append(
+            np.concatenate([snapshot.cubes[setup.target], *snapshot.cubes.values()])
+        )
+        self.actions.append(np.append(q, width).astype(np.float32))
+        self.flags.append(flag)
+        return self.env.step(q, width), flag
+
+    def episode(self, success: bool, extra: dict) -> Episode:
+        return Episode(
+            images={c: np.stack(v) for c, v in self.images.items()},
+            state=np.stack(self.states),
+            action=np.stack(self.actions),
+            task=self.setup.instruction,
+            success=success,
+            frame_success=np.array(self.flags),
+            seed=self.setup.seed,
+            env_state=np.asarray(self.env_states, np.float32),
+            extra=extra,
+        )
+
+
 def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[Episode, dict]:
     """One scripted episode; returns it (success-labelled) and its figures."""
-    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
-
     frame = env.reset(seed)
-    setup = env.setup
-    expert = ScriptedExpert(setup, ArmKinematics(env.model))
-    target = env.model.joint(setup.target_body).qposadr[0]
-    images = {c: [] for c in frame.images}
-    states, actions, flags, targets = [], [], [], []
+    recorder = ExpertRecorder(env, reader)
     success_step = None
-    for step in range(setup.max_steps):
-        snapshot = reader.snapshot(frame.qpos)
-        flag = is_success(setup, snapshot)
-        if flag and success_step is None:
-            success_step = step
+    for step in range(env.setup.max_steps):
         if success_step is not None and step - success_step >= POST_SUCCESS_STEPS:
             break
-        q, width = expert.act(snapshot, frame.state[:7], frame.qpos[target + 3 : target + 7])
-        for camera, image in frame.images.items():
-            images[camera].append(image)
-        states.append(frame.state)
-        targets.append(np.concatenate([snapshot.cubes[setup.target], *snapshot.cubes.values()]))
-        actions.append(np.append(q, width).astype(np.float32))
-        flags.append(flag)
-        frame = env.step(q, width)
+        frame, flag = recorder.step(frame)
+        if flag and success_step is None:
+            success_step = step
     success = success_step is not None
-    episode = Episode(
-        images={c: np.stack(v) for c, v in images.items()},
-        state=np.stack(states),
-        action=np.stack(actions),
-        task=setup.instruction,
-        success=success,
-        frame_success=np.array(flags),
-        seed=seed,
-        env_state=np.asarray(targets, np.float32),
-        extra={"task": task, "success_time_s": None if not success else success_step * CONTROL_DT},
-    )
-    return episode, {"success": success, "frames": len(states)}
+    extra = {"task": task, "success_time_s": None if not success else success_step * CONTROL_DT}
+    return recorder.episode(success, extra), {"success": success, "frames": len(recorder.states)}
 
 
 class _Deferred:

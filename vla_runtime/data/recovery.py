@@ -19,13 +19,13 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first imported
 
 import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
 
 from vla_runtime.data.collect import (  # noqa: E402
     CAMERAS,
     CONTROL_DT,
     ENV_STATE_NAMES,
     STATE_NAMES,
+    ExpertRecorder,
     InProcessEnv,
     sigint_deferred,
 )
@@ -50,36 +50,12 @@ class SimCheckpoint:
 
 
 def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> Episode:
-    """A fresh expert from the current state for `steps` control steps (or until success)."""
-    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
-
-    setup = env.setup
-    expert = ScriptedExpert(setup, ArmKinematics(env.model))
-    target = env.model.joint(setup.target_body).qposadr[0]
-    images = {c: [] for c in frame.images}
-    states, actions, flags, env_states = [], [], [], []
+    """A fresh expert from the current state for `steps` control steps, recorded."""
+    recorder = ExpertRecorder(env, reader)
     for _ in range(steps):
-        snapshot = reader.snapshot(frame.qpos)
-        flag = is_success(setup, snapshot)
-        q, width = expert.act(snapshot, frame.state[:7], frame.qpos[target + 3 : target + 7])
-        for camera, image in frame.images.items():
-            images[camera].append(image)
-        states.append(frame.state)
-        env_states.append(np.concatenate([snapshot.cubes[setup.target], *snapshot.cubes.values()]))
-        actions.append(np.append(q, width).astype(np.float32))
-        flags.append(flag)
-        frame = env.step(q, width)
-    return Episode(
-        images={c: np.stack(v) for c, v in images.items()},
-        state=np.stack(states),
-        action=np.stack(actions),
-        task=setup.instruction,
-        success=bool(any(flags)),
-        frame_success=np.array(flags),
-        seed=setup.seed,
-        env_state=np.asarray(env_states, np.float32),
-        extra={"task": setup.task, "recovery_branch": True},
-    )
+        frame, _solved = recorder.step(frame)
+    extra = {"task": env.setup.task, "recovery_branch": True}
+    return recorder.episode(bool(any(recorder.flags)), extra)
 
 
 def collect_recovery(
