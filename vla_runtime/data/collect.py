@@ -167,6 +167,18 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
     return recorder.episode(success, extra), {"success": success, "frames": len(recorder.states)}
 
 
+def task_dataset_writer(out: str | Path, image_size: int) -> LeRobotWriter:
+    """The LeRobot dataset (appended if it exists) of the task suite's episodes."""
+    return LeRobotWriter(
+        out,
+        fps=1.0 / CONTROL_DT,
+        cameras={c: (image_size, image_size) for c in CAMERAS},
+        state_names=STATE_NAMES,
+        action_names=STATE_NAMES,
+        env_state_names=ENV_STATE_NAMES,
+    )
+
+
 class _Deferred:
     hit = False
 
@@ -205,14 +217,7 @@ def collect(
     check_task(task)
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")
-    writer = LeRobotWriter(
-        out,
-        fps=1.0 / CONTROL_DT,
-        cameras={c: (image_size, image_size) for c in CAMERAS},
-        state_names=STATE_NAMES,
-        action_names=STATE_NAMES,
-        env_state_names=ENV_STATE_NAMES,
-    )
+    writer = task_dataset_writer(out, image_size)
     env = make_env(task, mode, image_size)
     reader = SceneReader(env.model, scene_colours())
     done = successes = frames = 0

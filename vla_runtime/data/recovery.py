@@ -6,7 +6,8 @@ for `branch_steps` steps (recorded, rendered, success-labelled: an ordinary epis
 state is restored so the policy carries on where it was. The branches cover the states the
 policy really visits, including the drifted ones an expert alone never shows, each with the
 expert's way back (Ross et al., DAgger, 2011). Training on expert data + branches is
-`vla-runtime train --data expert --data branches`.
+`vla-runtime train --data expert --data branches --include-failed` (a short branch rarely ends
+in success, and training skips failed episodes otherwise).
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first i
 import mujoco  # noqa: E402
 
 from vla_runtime.data.collect import (  # noqa: E402
-    CAMERAS,
-    CONTROL_DT,
-    ENV_STATE_NAMES,
-    STATE_NAMES,
     ExpertRecorder,
     InProcessEnv,
     sigint_deferred,
+    task_dataset_writer,
 )
-from vla_runtime.data.lerobot_format import Episode, LeRobotWriter  # noqa: E402
+from vla_runtime.data.lerobot_format import Episode  # noqa: E402
 from vla_runtime.sim.tasks import SceneReader, is_success, scene_colours  # noqa: E402
 
 _SHARED = ("model", "data", "xml", "reader", "robot", "config")  # never change during an episode
@@ -60,7 +58,7 @@ def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> 
 
 def collect_recovery(
     checkpoint: str, task: str, episodes: int, out: str | Path, seed: int = 0,
-    branch_every: int = 6, branch_steps: int = 24, execute: int = 2, progress: bool = True,
+    branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
 ) -> dict:  # fmt: skip
     """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert off it."""
     from tqdm import tqdm
@@ -73,10 +71,7 @@ def collect_recovery(
         raise ValueError("seeds >= 90000 are reserved for evaluation")
     policy = load_policy("torch", checkpoint, seed=0)
     size = policy.spec.cameras[0].height
-    writer = LeRobotWriter(
-        out, fps=1.0 / CONTROL_DT, cameras={c: (size, size) for c in CAMERAS},
-        state_names=STATE_NAMES, action_names=STATE_NAMES, env_state_names=ENV_STATE_NAMES,
-    )  # fmt: skip
+    writer = task_dataset_writer(out, size)
     env = InProcessEnv(task, size)
     reader = SceneReader(env.model, scene_colours())
     branches = branch_successes = policy_successes = done = 0
