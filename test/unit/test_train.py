@@ -48,3 +48,40 @@ def test_train_uses_the_environment_state_and_resumes(tmp_path, env_state):
     assert checkpoint.model.cfg.aux_dim == (3 if env_state else 0)
     resumed = train([str(data)], out, steps=4, batch_size=4, save_every=2, progress=False)
     assert resumed["completed_steps"] == 4
+
+
+def test_delta_chunks_are_relative_to_the_measured_state_and_undo_exactly():
+    """Training targets in joint_deltas subtract the frame's arm state (not the gripper), pad
+    with the episode's last action, and `chunk_to_positions` restores the absolute rows."""
+    from vla_runtime.data.train import TrainingData, action_chunks
+    from vla_runtime.engine.model import default_spec
+    from vla_runtime.engine.policy import ActionSpace, chunk_to_positions
+
+    state = np.arange(5 * 8, dtype=np.float32).reshape(5, 8)
+    action = state + 0.5
+    data = TrainingData({}, state, action, np.full(5, 5), np.zeros((1, 4)), np.zeros(5), 1, 0)
+    chunks = action_chunks(data, np.array([3]), 4, deltas=True)
+    # frame 3: actions 3, 4, 4, 4 (padded) minus state 3 on the arm columns
+    assert np.allclose(chunks[0, :, :7], np.array([0.5, 8.5, 8.5, 8.5])[:, None])
+    assert np.allclose(chunks[0, :, 7], action[[3, 4, 4, 4], 7])  # gripper stays absolute
+    spec = default_spec(chunk_len=4, image_size=32, action_space=ActionSpace.JOINT_DELTAS)
+    assert np.allclose(chunk_to_positions(chunks[0], state[3], spec), action[[3, 4, 4, 4]])
+    absolute = default_spec(chunk_len=4, image_size=32)
+    assert np.allclose(chunk_to_positions(action[:4], state[0], absolute), action[:4])
+
+
+def test_fine_tuning_into_joint_deltas_keeps_the_weights(tmp_path):
+    data, base, tuned = tmp_path / "data", tmp_path / "base", tmp_path / "tuned"
+    _dataset(data, env_state=True)
+    train([str(data)], base, steps=2, batch_size=4, save_every=2, progress=False)
+    summary = train([str(data)], tuned, steps=2, batch_size=4, save_every=2, progress=False,
+                    action_space="joint_deltas", init=base, lr=0.0)  # fmt: skip
+    assert summary["action_space"] == "joint_deltas"
+    before, after = load_checkpoint(base), load_checkpoint(tuned)
+    assert after.spec.action_space.value == "joint_deltas"
+    for (key, a), (_, b) in zip(before.model.state_dict().items(),
+                                after.model.state_dict().items(), strict=True):  # fmt: skip
+        assert key and np.allclose(a.numpy(), b.numpy()), key  # lr 0: weights unchanged
+    with pytest.raises(ValueError, match="joint_positions"):  # resuming must not switch spaces
+        train([str(data)], base, steps=3, batch_size=4, save_every=2, progress=False,
+              action_space="joint_deltas")  # fmt: skip

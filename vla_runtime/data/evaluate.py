@@ -137,7 +137,7 @@ def evaluate_in_process(
 
     from vla_runtime.data.collect import InProcessEnv
     from vla_runtime.engine.factory import load_policy
-    from vla_runtime.engine.policy import Observation
+    from vla_runtime.engine.policy import Observation, chunk_to_positions
 
     policy = load_policy("torch", checkpoint, seed=0)
     size = policy.spec.cameras[0].height
@@ -156,7 +156,8 @@ def evaluate_in_process(
                 chunk = policy.infer(obs)
                 result.latencies_ms.append(1e3 * (time.perf_counter() - t0))
                 result.chunks += 1
-                actions = clip_to_limits(chunk.actions[:execute], env.sim.robot)
+                rows = chunk_to_positions(chunk.actions[:execute], frame.state, policy.spec)
+                actions = clip_to_limits(rows, env.sim.robot)
                 periods = (lambda a=a: env.step(a[:7], float(a[7])) for a in actions)
                 steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
             results.append(result)

@@ -65,7 +65,7 @@ def collect_recovery(
 
     from vla_runtime.data.evaluate import clip_to_limits
     from vla_runtime.engine.factory import load_policy
-    from vla_runtime.engine.policy import Observation
+    from vla_runtime.engine.policy import Observation, chunk_to_positions
 
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")
@@ -94,7 +94,9 @@ def collect_recovery(
                         raise KeyboardInterrupt
                     saved.restore(env.sim)
                 obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
-                for a in clip_to_limits(policy.infer(obs).actions[:execute], env.sim.robot):
+                chunk = policy.infer(obs).actions[:execute]
+                rows = chunk_to_positions(chunk, frame.state, policy.spec)
+                for a in clip_to_limits(rows, env.sim.robot):
                     frame = env.step(a[:7], float(a[7]))
                     steps += 1
                     if is_success(setup, reader.snapshot(frame.qpos)):

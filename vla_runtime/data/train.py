@@ -36,6 +36,7 @@ from vla_runtime.engine.model import (
     preset_config,
     tokenize,
 )
+from vla_runtime.engine.policy import ActionSpace
 
 TRAIN_STATE = "train_state.pt"
 TRAINING_LOG = "training.json"
@@ -105,9 +106,23 @@ def load_training_data(
     )
 
 
+def action_chunks(data: TrainingData, index: np.ndarray, horizon: int, deltas: bool) -> np.ndarray:
+    """Target chunks (B, H, A) for frames `index`, padded with the episode's last action; with
+    `deltas` the arm columns are relative to the frame's measured state (the gripper column
+    stays absolute), as `chunk_to_positions` undoes at run time."""
+    steps = index[:, None] + np.arange(horizon)[None, :]
+    steps = np.minimum(steps, data.episode_end[index, None] - 1)
+    chunks = data.action[steps]
+    if deltas:
+        arm = data.action.shape[1] - 1
+        chunks[:, :, :arm] -= data.state[index, None, :arm]
+    return chunks
+
+
 def sample_batch(
-    data: TrainingData, cameras, horizon, norm, rng, batch, shift: int, state_noise: float = 0.0
-):
+    data: TrainingData, cameras, horizon, norm, rng, batch, shift: int, state_noise: float = 0.0,
+    deltas: bool = False,
+):  # fmt: skip
     """Random frames -> tensors for `flow_matching_loss` (images randomly shifted +-shift px),
     plus the frames' indices (to look up their privileged state).
 
@@ -116,9 +131,7 @@ def sample_batch(
     motion the state shows (the "copycat" shortcut) instead of finding the target in the image,
     and from the home pose it then heads for the average target."""
     index = rng.integers(0, len(data), batch)
-    steps = index[:, None] + np.arange(horizon)[None, :]
-    steps = np.minimum(steps, data.episode_end[index, None] - 1)  # pad with the last action
-    actions = norm.normalize_actions(data.action[steps])
+    actions = norm.normalize_actions(action_chunks(data, index, horizon, deltas))
     raw_state = data.state[index].copy()
     if state_noise:
         raw_state[:, :-1] += rng.normal(0.0, state_noise, raw_state[:, :-1].shape)
@@ -161,7 +174,11 @@ def train(
     command: str = "",
     state_noise: float = 0.0,
     aux_weight: float = 1.0,
+    action_space: str = ActionSpace.JOINT_POSITIONS,
+    init: str | Path | None = None,
 ) -> dict:
+    """`init`: start from that checkpoint's weights (fine-tuning; fresh optimizer and
+    normalisation, so it may change the action space)."""
     from tqdm import tqdm
 
     out = Path(out)
@@ -175,7 +192,8 @@ def train(
     ((height, width),) = shapes
     if height != width:
         raise ValueError("the reference model's default spec wants square images")
-    spec = default_spec(image_size=height)
+    spec = default_spec(image_size=height, action_space=ActionSpace(action_space))
+    deltas = spec.action_space == ActionSpace.JOINT_DELTAS
     cameras = [c.name for c in spec.cameras]
     if sorted(cameras) != sorted(meta.camera_shapes):
         raise ValueError(f"dataset cameras {sorted(meta.camera_shapes)}, policy wants {cameras}")
@@ -196,6 +214,10 @@ def train(
         state = torch.load(resume, weights_only=False)
         checkpoint = load_checkpoint(out)
         model, norm = checkpoint.model.train(), checkpoint.normalization
+        if checkpoint.spec.action_space != spec.action_space:
+            raise ValueError(
+                f"{out} was trained on {checkpoint.spec.action_space.value}, not {action_space}"
+            )
         step0 = int(state["step"])
         rng = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
@@ -204,8 +226,18 @@ def train(
             aux = None
     else:
         torch.manual_seed(seed)
-        model = VLAModel(config).train()
-        norm = Normalization.from_data(data.state, data.action)
+        if init is None:
+            model = VLAModel(config).train()
+        else:
+            model = load_checkpoint(init).model.train()
+            if model.cfg.image_height != height or model.cfg.chunk_len != spec.chunk_len:
+                raise ValueError(f"{init} was built for other images or chunk length")
+            if not model.cfg.aux_dim:
+                aux = None
+        everything = np.arange(len(data))
+        norm = Normalization.from_data(
+            data.state, action_chunks(data, everything, spec.chunk_len, deltas)
+        )
         step0, rng, elapsed0 = 0, np.random.default_rng(seed), 0.0
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     if resume.is_file():
@@ -237,7 +269,7 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, steps, lr)
             batch, index = sample_batch(
-                data, cameras, spec.chunk_len, norm, rng, batch_size, 3, state_noise
+                data, cameras, spec.chunk_len, norm, rng, batch_size, 3, state_noise, deltas
             )
             if aux is None:
                 loss = flow_matching_loss(model, *batch)
@@ -278,6 +310,8 @@ def train(
         "lr": lr,
         "seed": seed,
         "state_noise": state_noise,
+        "action_space": spec.action_space.value,
+        "init": None if init is None else str(init),
         "aux_weight": aux_weight if aux is not None else 0.0,
         "final_aux_loss": float(np.mean(aux_losses[-100:])) if aux_losses else None,
         "image_size": height,
@@ -336,6 +370,13 @@ def train_main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="weight of the privileged-state auxiliary loss (datasets with env state; 0: off)",
     )
+    parser.add_argument(
+        "--action-space",
+        choices=[ActionSpace.JOINT_POSITIONS.value, ActionSpace.JOINT_DELTAS.value],
+        default=ActionSpace.JOINT_POSITIONS.value,
+        help="arm actions as absolute joint positions or deltas from the measured state",
+    )
+    parser.add_argument("--init", help="start from this checkpoint's weights (fine-tune)")
     parser.add_argument("--ship", help="also write a compact float16 copy here")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -343,7 +384,7 @@ def train_main(argv: list[str] | None = None) -> int:
     summary = train(
         args.data, args.out, args.preset, args.steps, args.batch_size, args.lr, args.seed,
         args.save_every, args.include_failed, args.threads, not args.no_progress, command,
-        args.state_noise, args.aux_weight,
+        args.state_noise, args.aux_weight, args.action_space, args.init,
     )  # fmt: skip
     complete = summary["completed_steps"] == args.steps
     if args.ship and complete:

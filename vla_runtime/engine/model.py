@@ -109,8 +109,12 @@ class ModelConfig:
         return asdict(self)
 
 
-def default_spec(chunk_len: int = 16, image_size: int = 224) -> PolicySpec:
-    """Franka FR3 joint positions + gripper width, scene and wrist cameras."""
+def default_spec(
+    chunk_len: int = 16,
+    image_size: int = 224,
+    action_space: ActionSpace = ActionSpace.JOINT_POSITIONS,
+) -> PolicySpec:
+    """Franka FR3 joint positions (or deltas) + gripper width, scene and wrist cameras."""
     joints = tuple(f"fr3_joint{i}" for i in range(1, 8)) + ("fr3_finger_joint1",)
     return PolicySpec(
         cameras=(
@@ -121,7 +125,7 @@ def default_spec(chunk_len: int = 16, image_size: int = 224) -> PolicySpec:
         action_dim=8,
         chunk_len=chunk_len,
         dt=0.05,
-        action_space=ActionSpace.JOINT_POSITIONS,
+        action_space=ActionSpace(action_space),
         gripper=True,
         joint_names=joints,
     )

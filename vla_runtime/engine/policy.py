@@ -49,6 +49,20 @@ class PolicySpec:
         return cls(**d)
 
 
+def chunk_to_positions(actions: np.ndarray, state: np.ndarray, spec: PolicySpec) -> np.ndarray:
+    """A chunk in the policy's action space -> absolute joint-position rows (policy units).
+
+    Joint deltas are relative to the observed state the chunk was inferred from (openpi
+    convention); the gripper column is absolute in every space."""
+    positions = np.array(actions, dtype=np.float64)
+    if spec.action_space == ActionSpace.JOINT_DELTAS:
+        arm = spec.action_dim - (1 if spec.gripper else 0)
+        positions[:, :arm] += np.asarray(state, np.float64)[:arm]
+    elif spec.action_space != ActionSpace.JOINT_POSITIONS:
+        raise PolicyError(f"no joint positions for action space {spec.action_space.value}")
+    return positions
+
+
 class PolicyError(ValueError):
     """Raised for malformed observations, plans or compute modes: the caller logs it and
     publishes no chunk."""
