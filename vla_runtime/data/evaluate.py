@@ -130,7 +130,7 @@ def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, fram
 
 def evaluate_in_process(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
-    execute: int = DEFAULT_EXECUTE, progress: bool = True,
+    execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float = 1.0,
 ) -> dict:  # fmt: skip
     """Development tool: no ROS, same loop as the stack path."""
     from tqdm import tqdm
@@ -139,7 +139,7 @@ def evaluate_in_process(
     from vla_runtime.engine.factory import load_policy
     from vla_runtime.engine.policy import Observation, chunk_to_positions
 
-    policy = load_policy("torch", checkpoint, seed=0)
+    policy = load_policy("torch", checkpoint, seed=0, noise_scale=noise_scale)
     size = policy.spec.cameras[0].height
     env = InProcessEnv(task, size, cameras=[c.name for c in policy.spec.cameras])
     reader = SceneReader(env.model, scene_colours())
@@ -163,8 +163,8 @@ def evaluate_in_process(
             results.append(result)
     finally:
         env.close()
-    return summarise(task, results, {"via": "inprocess", "seed": seed, "execute": execute,
-                                     "checkpoint": checkpoint})  # fmt: skip
+    settings = {"via": "inprocess", "seed": seed, "execute": execute, "checkpoint": checkpoint}
+    return summarise(task, results, {**settings, "noise_scale": noise_scale})
 
 
 # ------------------------------------------------------------------------------ node stack
@@ -173,7 +173,7 @@ def evaluate_in_process(
 def evaluate_stack(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, log_dir=None, realtime: bool = False,
-    engine_params: tuple[str, ...] = (), extra_nodes: tuple = (),
+    engine_params: tuple[str, ...] = (), extra_nodes: tuple = (), noise_scale: float = 1.0,
 ) -> dict:  # fmt: skip
     """`engine_params`: more engine parameters (name:=value); `extra_nodes`: more
     (name, [module, name:=value…]) processes on the stack (e.g. the scheduler).
@@ -192,7 +192,8 @@ def evaluate_stack(
     size = spec.cameras[0].height
     engine = [
         "vla_runtime.nodes.engine", f"checkpoint:={os.path.abspath(checkpoint)}",
-        "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false", *engine_params,
+        "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false",
+        f"noise_scale:={noise_scale}", *engine_params,
     ]  # fmt: skip
     nodes = [("engine", engine), *extra_nodes]
     env = RosEnv(task, size, realtime, log_dir=log_dir, extra_nodes=nodes)
@@ -266,7 +267,8 @@ def evaluate_stack(
             results.append(result)
     finally:
         env.close()
-    settings = {"via": "jtc", "seed": seed, "execute": execute, "checkpoint": checkpoint}
+    settings = {"via": "jtc", "seed": seed, "execute": execute, "checkpoint": checkpoint,
+                "noise_scale": noise_scale}  # fmt: skip
     return summarise(task, results, {**settings, "lockstep": not realtime})
 
 
@@ -279,6 +281,9 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
     parser.add_argument("--via", choices=("jtc", "inprocess"), default="jtc")
     parser.add_argument(
+        "--noise-scale", type=float, default=1.0, help="flow start noise (0: deterministic)"
+    )
+    parser.add_argument(
         "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"
     )
     parser.add_argument("--json", action="store_true", help="one line of JSON")
@@ -288,12 +293,13 @@ def eval_main(argv: list[str] | None = None) -> int:
         print(f"warning: seeds below {EVAL_SEED} may have been used for training", file=sys.stderr)
     if args.via == "inprocess":
         summary = evaluate_in_process(
-            args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress
-        )
+            args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
+            args.noise_scale,
+        )  # fmt: skip
     else:
         summary = evaluate_stack(
             args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
-            realtime=args.realtime,
+            realtime=args.realtime, noise_scale=args.noise_scale,
         )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     return 0

@@ -100,6 +100,7 @@ class CachedPolicy(ABC):
         candidates: int = 1,
         warm_steps: int = 3,
         warm_start_tau: float = 0.6,
+        noise_scale: float = 1.0,
     ):
         self._spec = spec
         self.config = config
@@ -109,6 +110,11 @@ class CachedPolicy(ABC):
         self.candidates = candidates
         self.warm_steps = warm_steps
         self.warm_start_tau = warm_start_tau
+        if not 0.0 <= noise_scale <= 1.0:
+            raise PolicyError(f"noise_scale must be in [0, 1], got {noise_scale}")
+        # < 1 narrows the flow's starting noise (0: deterministic chunks from the mean start),
+        # trading sample diversity for repeatable, lower-variance actions.
+        self.noise_scale = noise_scale
         self.reseed(seed)
         self.reset()
 
@@ -308,7 +314,8 @@ class CachedPolicy(ABC):
         """Returns (normalised chunks (count, H, A), denoise level applied, steps)."""
         spec, n = self.spec, self.config.num_steps
         shape = (count, spec.chunk_len, spec.action_dim)
-        noise = torch.from_numpy(self._rng.standard_normal(shape, dtype=np.float32))
+        noise = self._rng.standard_normal(shape, dtype=np.float32) * np.float32(self.noise_scale)
+        noise = torch.from_numpy(noise)
         noise = noise.to(self.device)
         previous = self._previous
         if (

@@ -230,6 +230,7 @@ class EngineNode(Node):
         self.preset = declare("preset", "tiny").value
         self.device = declare("device", "cpu").value
         self.seed = int(declare("seed", 0).value)
+        self.noise_scale = float(declare("noise_scale", 1.0).value)
         self.endpoint = declare("endpoint", "tcp://127.0.0.1:5555").value
         self.curve_keys = declare("curve_keys", "").value
         self.remote_timeout_s = float(declare("remote_timeout_s", 2.0).value)
@@ -334,6 +335,7 @@ class EngineNode(Node):
             preset=self.preset,
             device=self.device,
             seed=self.seed,
+            noise_scale=self.noise_scale,
         )
 
     def _try_setup(self) -> bool:
