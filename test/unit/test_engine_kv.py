@@ -203,3 +203,28 @@ def test_noise_scale_scales_the_flow_start(checkpoint):
     assert np.abs(half - expected).max() < TOL
     with pytest.raises(PolicyError, match="noise_scale"):
         TorchPolicy(checkpoint, noise_scale=1.5)
+
+
+def test_warm_start_rebases_joint_deltas_on_the_new_state():
+    """A joint-delta chunk is relative to the state it came from: after the arm moved, the warm
+    start (and the divergence signal) must use the same absolute plan, not the same deltas."""
+    from dataclasses import replace
+
+    from vla_runtime.engine.checkpoint import Checkpoint, Normalization
+    from vla_runtime.engine.policy import ActionSpace, chunk_to_positions
+
+    base = random_checkpoint("tiny", seed=3)
+    spec = replace(base.spec, action_space=ActionSpace.JOINT_DELTAS)
+    norm = Normalization(np.zeros(8), np.ones(8), np.zeros(8), np.full(8, 0.1))
+    policy = TorchPolicy(Checkpoint(base.model, spec, norm), seed=SEED, warm_steps=1,
+                         warm_start_tau=0.999)  # fmt: skip
+    obs = observation(13, stamp=5.0)
+    first = policy.infer(obs)
+    moved_state = obs.state.copy()
+    moved_state[:7] += 0.05  # the arm moved; no time passed (shift 0)
+    moved = Observation(obs.images, moved_state, obs.instruction, stamp=5.0)
+    warm = policy.infer(moved, ComputeMode(0, 2))
+    assert warm.mode.denoise_level == 2
+    same_plan = chunk_to_positions(warm.actions, moved_state, spec)
+    assert np.abs(same_plan - chunk_to_positions(first.actions, obs.state, spec)).max() < 2e-3
+    assert warm.info["chunk_divergence"] < 0.02  # normalised units: the plan did not change

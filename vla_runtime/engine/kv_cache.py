@@ -50,6 +50,7 @@ from vla_runtime.engine.model import ModelConfig, text_bias, tokenize
 from vla_runtime.engine.policy import (
     FULL_COMPUTE,
     ActionChunk,
+    ActionSpace,
     ComputeMode,
     Observation,
     PolicyError,
@@ -82,6 +83,7 @@ class PreviousChunk:
     instruction: str
     stamp: float
     actions: torch.Tensor  # (H, A) normalised
+    state: np.ndarray  # the observed state it was inferred from (joint deltas are relative to it)
 
 
 class CachedPolicy(ABC):
@@ -225,7 +227,10 @@ class CachedPolicy(ABC):
             info.update(_plan_mismatch(chunks[best], np.asarray(plan, np.float32)))
             info["rtc_exact_vjp"] = float(self.differentiable)
         self._previous = PreviousChunk(
-            observation.instruction, observation.stamp, normalised[best].to(self.device)
+            observation.instruction,
+            observation.stamp,
+            normalised[best].to(self.device),
+            np.asarray(observation.state, np.float32).copy(),
         )
         mode_applied = ComputeMode(vision_level, denoise_level, mode.stable_cameras)
         return chunks, (chunks[best], mode_applied, timings, info)
@@ -235,7 +240,20 @@ class CachedPolicy(ABC):
         if previous is None or previous.instruction != observation.instruction:
             return None
         shift = round((observation.stamp - previous.stamp) / self.spec.dt)
-        return signals.chunk_divergence(chunk, previous.actions, shift)
+        return signals.chunk_divergence(chunk, self._rebased(previous, observation), shift)
+
+    def _rebased(self, previous: PreviousChunk, observation) -> torch.Tensor:
+        """The previous chunk (normalised) in the frame of this observation: joint deltas are
+        relative to the state they were inferred from, so they shift by the state change."""
+        if self.spec.action_space != ActionSpace.JOINT_DELTAS:
+            return previous.actions
+        arm = self.spec.action_dim - (1 if self.spec.gripper else 0)
+        moved = (previous.state[:arm] - np.asarray(observation.state, np.float32)[:arm]) / (
+            self.normalization.action_std[:arm]
+        )
+        offset = torch.zeros(self.spec.action_dim, dtype=previous.actions.dtype)
+        offset[:arm] = torch.from_numpy(moved.astype(np.float32))
+        return previous.actions + offset.to(previous.actions.device)
 
     def _prefix_kv(self, instruction, mode, images, state, text_ids, timings, similarities):
         """Returns (Prefix, vision level applied, cameras reused); fills `similarities` for
@@ -325,7 +343,7 @@ class CachedPolicy(ABC):
         ):
             executed = round((observation.stamp - previous.stamp) / spec.dt)
             shift = min(max(executed, 0), spec.chunk_len - 1)
-            prior = previous.actions
+            prior = self._rebased(previous, observation)
             prior = torch.cat([prior[shift:], prior[-1:].expand(shift, -1)], dim=0)
             tau0 = self.warm_start_tau
             start = tau0 * prior.unsqueeze(0) + (1 - tau0) * noise
