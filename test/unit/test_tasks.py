@@ -121,3 +121,23 @@ def test_scripted_expert_solves_the_task(task):
         assert sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT]) is None
         sim.step(50)
     assert sim.success()
+
+
+def test_reach_expert_touches_with_margin_and_leaves_the_cube_in_place():
+    """The reach expert's final pose is well inside the touch radius (not at its edge, which
+    would teach a policy to hover just outside it), and its open fingers clear the cube."""
+    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
+    from vla_runtime.sim.tasks import CONTROL_DT, TOUCH_RADIUS
+
+    sim = TaskSimulator("reach", seed=3)
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    names = (*sim.robot.joints, sim.robot.gripper_joints[0])
+    start = sim.snapshot().cubes[sim.setup.target].copy()
+    for _ in range(sim.setup.max_steps):
+        q, width = expert.act(sim.snapshot(), sim.arm_positions)
+        sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT])
+        sim.step(50)
+    final = sim.snapshot()
+    cube = final.cubes[sim.setup.target]
+    assert np.linalg.norm(final.tcp - cube) < TOUCH_RADIUS - 0.015
+    assert np.linalg.norm(cube - start) < 1e-3

@@ -47,7 +47,7 @@ from vla_runtime.sim.tasks import (  # noqa: E402
 
 DEFAULT_IMAGE_SIZE = 96
 CAMERAS = ("scene", "wrist")
-POST_SUCCESS_STEPS = 5  # frames kept after success so the policy also learns to settle
+POST_SUCCESS_STEPS = 10  # frames kept after success so the policy also learns to settle
 STATE_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["gripper_width"]
 # observation.environment_state (base frame), for auxiliary losses: the named cube's centre,
 # then every cube's centre in a fixed colour order. The fixed-order part teaches the encoder to

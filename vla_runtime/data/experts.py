@@ -34,6 +34,11 @@ TRANSIT_SPEED = 0.2  # m/s of the TCP setpoint (below the FR3 collaborative 0.25
 FINE_SPEED = 0.08  # m/s for descents and pushing
 YAW_RATE = 1.5  # rad/s
 ARRIVED = 0.006  # m: a waypoint counts as reached
+# reach: the TCP ends 1.2 cm above the cube centre, the open fingers around the cube's upper
+# half (they clear it at any yaw). The touch detector's radius (3.2 cm) is crossed on the way
+# down, so a policy that stops a little high or off-centre still touches; an expert stopping
+# at the radius's edge teaches a policy to hover just outside it.
+REACH_HEIGHT = 0.012
 
 
 def hand_rotation(yaw: float) -> np.ndarray:
@@ -134,7 +139,7 @@ class ScriptedExpert:
             aim = cube + velocity * 0.25  # lead the sliding cube by the tracking lag
             return [
                 Waypoint(aim + [0.0, 0.0, HALF + 0.06], 0.0, TRANSIT_SPEED, OPEN),
-                Waypoint(aim + [0.0, 0.0, HALF + 0.008], 0.0, 0.12, OPEN),
+                Waypoint(aim + [0.0, 0.0, REACH_HEIGHT], 0.0, 0.12, OPEN),
             ]
         if task == "pick":
             if self._frozen is not None:  # grasped: the cube moves with the hand now
