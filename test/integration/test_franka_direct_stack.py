@@ -127,8 +127,7 @@ def test_franka_direct_stack_runs_the_policy_on_franky_sim_for_60_s(tmp_path):
     print("franky driver stats:", json.dumps(final_stats))
     assert final_stats["libfranka_errors"] == 0, final_stats
     # Every chunk the engine published got a verdict; what the gate let through was streamed
-    # and moved the arm. (The shipped policy starts most chunks 0.1-0.4 rad away from the
-    # measured joints: the chunk check vetoes those, and the arm holds in between.)
+    # and moved the arm.
     engine = report["diagnostics"]["/vla/engine/stats"]["engine"]
     events = [json.loads(m.data) for m in probe.safety_events]
     chunks = [e for e in events if e.get("event") == "chunk"]
