@@ -12,6 +12,7 @@ gate's gripper widths reach the gripper.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import cv2
@@ -59,10 +60,17 @@ def move_home(robot_ip: str) -> None:
 
     from vla_runtime.core.robot import load_robot
 
-    robot = franky.Robot(robot_ip, realtime_config=franky.RealtimeConfig.Ignore)
-    robot.relative_dynamics_factor = 0.3
-    robot.move(franky.JointMotion(list(load_robot("fr3").home)))
-    del robot  # release the FCI connection for the driver
+    # libfranka raises the calling thread to SCHED_FIFO 99 whenever it may, even with
+    # RealtimeConfig.Ignore: restore the test process's policy, or every process it starts
+    # later inherits real-time priority and a busy one starves the rest of the machine.
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        robot = franky.Robot(robot_ip, realtime_config=franky.RealtimeConfig.Ignore)
+        robot.relative_dynamics_factor = 0.3
+        robot.move(franky.JointMotion(list(load_robot("fr3").home)))
+        del robot  # release the FCI connection for the driver
+    finally:
+        os.sched_setscheduler(0, policy, param)
 
 
 class StackProbe(Probe):
