@@ -139,7 +139,8 @@ def test_franka_direct_stack_runs_the_policy_on_franky_sim_for_60_s(tmp_path):
     engine = report["diagnostics"]["/vla/engine/stats"]["engine"]
     events = [json.loads(m.data) for m in probe.safety_events]
     chunks = [e for e in events if e.get("event") == "chunk"]
-    assert abs(len(chunks) - int(engine["chunks_published"])) <= 1, (len(chunks), engine)
+    # (chunks published while the stack stops may miss their verdict: at ~2 Hz, a few)
+    assert abs(len(chunks) - int(engine["chunks_published"])) <= 3, (len(chunks), engine)
     passed = [e for e in chunks if e["verdict"] in ("accept", "clip")]
     assert passed, [e.get("reasons") for e in chunks][:5]
     streamer = report["diagnostics"]["/vla/streamer/stats"]["streamer"]
