@@ -52,6 +52,9 @@ def test_interrupted_collection_keeps_its_finished_episodes(ros_domain, tmp_path
         [sys.executable, "-m", "vla_runtime.data.collect", "--task", "reach", "--episodes", "50",
          "--out", str(out), "--image-size", str(SIZE), "--json", "--no-progress"],
         env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+        # a shell running the suite in the background hands SIGINT down ignored (SIG_IGN);
+        # Ctrl-C must reach the collector as it would from a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
