@@ -141,3 +141,60 @@ def test_reach_expert_touches_with_margin_and_leaves_the_cube_in_place():
     cube = final.cubes[sim.setup.target]
     assert np.linalg.norm(final.tcp - cube) < TOUCH_RADIUS - 0.015
     assert np.linalg.norm(cube - start) < 1e-3
+
+
+def _walk_to(sim, q, width=0.08, steps=30):
+    from vla_runtime.sim.tasks import CONTROL_DT
+
+    names = (*sim.robot.joints, sim.robot.gripper_joints[0])
+    for _ in range(steps):
+        sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT])
+        sim.step(50)
+
+
+@pytest.mark.parametrize(
+    "task, offset, first_phase",
+    [
+        ("reach", (0.015, -0.01, 0.05), 1),  # over the cube, a little off: straight in
+        ("reach", (0.08, 0.0, 0.05), 0),  # beside it: approach from above again
+        ("pick", (0.005, 0.0, 0.05), 1),  # over it: descend
+        ("pick", (0.0, 0.0, 0.012 - HALF), 2),  # fingers around it: close
+        ("push", "behind-low", 2),  # in position behind it: push
+        ("push", (0.0, 0.0, 0.05), 0),  # above it: go round
+    ],
+)
+def test_expert_taking_over_mid_task_resumes_instead_of_restarting(task, offset, first_phase):
+    """A recovery branch starting near the goal is labelled with the way in, not with "climb
+    back to the approach point first" (which would teach a policy near the cube to hover)."""
+    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert, grasp_yaw, hand_rotation
+    from vla_runtime.sim.tasks import CONTROL_DT
+
+    sim = TaskSimulator(task, seed=5)
+    kin = ArmKinematics(sim.model)
+    cube = sim.snapshot().cubes[sim.setup.target]
+    home = np.array(sim.robot.home)
+    if offset == "behind-low":  # 4 cm behind the cube on the line to the zone, 1.8 cm up
+        away = cube[:2] - np.array(ZONE_CENTRE)
+        offset = (*(0.04 * away / np.linalg.norm(away)), 0.018 - HALF)
+    q = home
+    for _ in range(3):  # IK from home in a few hops (the solver is local)
+        q = kin.solve(q, cube + offset, hand_rotation(grasp_yaw(0.0)), iterations=40)
+    _walk_to(sim, q)
+    start_z = sim.snapshot().tcp[2]
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    names = (*sim.robot.joints, sim.robot.gripper_joints[0])
+    adr = sim.model.joint(sim.setup.target_body).qposadr[0]
+    highest = start_z
+    for step in range(sim.setup.max_steps):
+        if sim.success():
+            break
+        q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[adr + 3 : adr + 7])
+        if step == 0:
+            assert expert.phase == first_phase
+        sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT])
+        sim.step(50)
+        if expert.phase <= 1:  # on the way in (pick lifts from phase 2 on)
+            highest = max(highest, sim.snapshot().tcp[2])
+    assert sim.success()
+    if first_phase:
+        assert highest < start_z + 0.005  # never climbed back up on the way in

@@ -39,6 +39,9 @@ ARRIVED = 0.006  # m: a waypoint counts as reached
 # down, so a policy that stops a little high or off-centre still touches; an expert stopping
 # at the radius's edge teaches a policy to hover just outside it.
 REACH_HEIGHT = 0.012
+# An expert taking over mid-task skips the approach from above within this lateral distance
+# of its target (open fingers clear a 4 cm cube by 2 cm a side).
+RESUME_LATERAL = 0.03
 
 
 def hand_rotation(yaw: float) -> np.ndarray:
@@ -174,6 +177,37 @@ class ScriptedExpert:
             ]
         raise ValueError(task)
 
+    def resume_phase(self, state: SceneSnapshot, cube_quat) -> int:
+        """The waypoint to start at when taking over mid-task (a recovery branch): skip the
+        approach from above when the TCP is already over the target, low and nearly aligned.
+        From home this is always 0. Restarting at 0 would label a policy that is 1 cm off the
+        cube with "rise 5 cm, then come back down" — teaching it to hover, not to correct."""
+        plan = self.plan(state, cube_quat)
+        tcp = self.pos_cmd
+        task = self.setup.task
+        if task in ("reach", "dynamic_reach"):
+            aim = plan[1].position
+            lateral = np.linalg.norm(tcp[:2] - aim[:2])
+            return int(lateral < RESUME_LATERAL and tcp[2] < plan[0].position[2] + 0.01)
+        if task == "pick":
+            grasp = plan[1].position
+            lateral = np.linalg.norm(tcp[:2] - grasp[:2])
+            if lateral > RESUME_LATERAL / 2 or tcp[2] > plan[0].position[2] + 0.01:
+                return 0
+            return 2 if tcp[2] < grasp[2] + ARRIVED else 1  # at grasp height: close the hand
+        if task == "push":
+            behind, press = plan[1].position, plan[2].position
+            direction = (press - behind)[:2] / max(np.linalg.norm((press - behind)[:2]), 1e-6)
+            offset = tcp[:2] - behind[:2]
+            across = abs(offset[0] * direction[1] - offset[1] * direction[0])
+            along = float(offset @ direction)  # the cube's near face is at +0.03
+            if across > RESUME_LATERAL / 2 or along > 0.025:
+                return 0  # beside or on top of the cube: go round from above
+            if tcp[2] < behind[2] + 0.01:
+                return 2 if along > -0.02 else 1
+            return 1 if tcp[2] < plan[0].position[2] + 0.01 and across < 0.01 else 0
+        return 0
+
     def _advance(self, plan: list[Waypoint]) -> Waypoint:
         point = plan[self.phase]
         if np.linalg.norm(point.position - self.pos_cmd) < ARRIVED:
@@ -191,6 +225,7 @@ class ScriptedExpert:
             self.q_cmd = np.array(q_measured, dtype=float)
             self.pos_cmd, rotation = self.kin.tcp_pose(self.q_cmd)
             self.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
+            self.phase = self.resume_phase(state, cube_quat)
         point = self._advance(self.plan(state, cube_quat))
         self._previous_cube = state.cubes[self.setup.target].copy()
         step = point.position - self.pos_cmd
