@@ -49,17 +49,23 @@ def test_state_mapping_sums_finger_joints_in_declared_order():
 
 
 def test_joint_deltas_are_relative_to_the_observed_state_and_gripper_absolute():
+    from dataclasses import replace
+
+    from vla_runtime.engine.model import default_spec
+
     mapping = StateMapping(ARM, FINGERS, "sum")
+    deltas_spec = default_spec(action_space=ActionSpace.JOINT_DELTAS)
     state = np.arange(8, dtype=np.float32)
     deltas = np.full((3, 8), 0.5, dtype=np.float32)
-    positions = mapping.to_positions(deltas, state, ActionSpace.JOINT_DELTAS)
+    positions = mapping.to_positions(deltas, state, deltas_spec)
     np.testing.assert_allclose(positions[:, :7], np.tile(state[:7] + 0.5, (3, 1)))
     np.testing.assert_allclose(positions[:, 7], [0.25] * 3)  # width 0.5 -> 0.25 per finger
-    back = mapping.to_actions(positions, state, ActionSpace.JOINT_DELTAS)
+    back = mapping.to_actions(positions, state, deltas_spec)
     np.testing.assert_allclose(back, deltas)
-    same = mapping.to_positions(deltas, state, ActionSpace.JOINT_POSITIONS)
+    absolute = replace(deltas_spec, action_space=ActionSpace.JOINT_POSITIONS)
+    same = mapping.to_positions(deltas, state, absolute)
     np.testing.assert_allclose(same[:, :7], deltas[:, :7])
-    np.testing.assert_allclose(mapping.to_actions(same, state, ActionSpace.JOINT_POSITIONS), deltas)
+    np.testing.assert_allclose(mapping.to_actions(same, state, absolute), deltas)
 
 
 def test_image_from_msg_handles_padding_and_bgr():

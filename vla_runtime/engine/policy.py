@@ -63,6 +63,17 @@ def chunk_to_positions(actions: np.ndarray, state: np.ndarray, spec: PolicySpec)
     return positions
 
 
+def positions_to_chunk(positions: np.ndarray, state: np.ndarray, spec: PolicySpec) -> np.ndarray:
+    """Inverse of `chunk_to_positions` (a plan in joint positions -> the policy's actions)."""
+    actions = np.array(positions, dtype=np.float64)
+    if spec.action_space == ActionSpace.JOINT_DELTAS:
+        arm = spec.action_dim - (1 if spec.gripper else 0)
+        actions[:, :arm] -= np.asarray(state, np.float64)[:arm]
+    elif spec.action_space != ActionSpace.JOINT_POSITIONS:
+        raise PolicyError(f"no joint positions for action space {spec.action_space.value}")
+    return actions
+
+
 class PolicyError(ValueError):
     """Raised for malformed observations, plans or compute modes: the caller logs it and
     publishes no chunk."""

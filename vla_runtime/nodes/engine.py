@@ -48,6 +48,8 @@ from vla_runtime.engine.policy import (
     Observation,
     PolicyError,
     PolicySpec,
+    chunk_to_positions,
+    positions_to_chunk,
 )
 from vla_runtime.nodes.runtime import run_node
 
@@ -130,26 +132,19 @@ class StateMapping:
         if spec.action_space == ActionSpace.EE_DELTAS:
             raise ValueError("end-effector delta policies need an IK stage; not supported here")
 
-    def to_positions(self, actions: np.ndarray, state: np.ndarray, space: ActionSpace):
-        """Chunk actions -> joint-position rows. Joint deltas are relative to the observed state
-        (openpi convention); the gripper column is absolute in every space."""
-        positions = actions.astype(np.float64)
-        if space == ActionSpace.JOINT_DELTAS:
-            n = len(self.arm_joints)
-            positions[:, :n] += state[:n]
+    def to_positions(self, actions: np.ndarray, state: np.ndarray, spec: PolicySpec):
+        """Chunk actions -> published joint-position rows (per-finger gripper opening)."""
+        positions = chunk_to_positions(actions, state, spec)
         if self.has_gripper:
             positions[:, -1] *= self._gripper_scale
         return positions
 
-    def to_actions(self, positions: np.ndarray, state: np.ndarray, space: ActionSpace):
+    def to_actions(self, positions: np.ndarray, state: np.ndarray, spec: PolicySpec):
         """Inverse of `to_positions` (for the guidance plan)."""
-        actions = positions.astype(np.float32)
+        rows = np.array(positions, dtype=np.float64)
         if self.has_gripper:
-            actions[:, -1] /= self._gripper_scale
-        if space == ActionSpace.JOINT_DELTAS:
-            n = len(self.arm_joints)
-            actions[:, :n] -= state[:n]
-        return actions
+            rows[:, -1] /= self._gripper_scale
+        return positions_to_chunk(rows, state, spec).astype(np.float32)
 
 
 def image_from_msg(msg: Image) -> np.ndarray:
@@ -486,7 +481,7 @@ class EngineNode(Node):
         if bad.any():
             self._fail("output", f"non-finite actions at steps {np.flatnonzero(bad).tolist()}")
             return False
-        positions = self.mapping.to_positions(actions, observation.state, spec.action_space)
+        positions = self.mapping.to_positions(actions, observation.state, spec)
         request_id = request.header.frame_id if request is not None else ""
         self._chunk_pub.publish(self._trajectory(positions, frame_stamp, spec.dt, request_id))
         self._last_used_stamp = observation.stamp
@@ -567,7 +562,7 @@ class EngineNode(Node):
         if positions is None:
             return None
         positions = positions[: self.spec.chunk_len]  # a delay beyond the horizon: whole chunk
-        return self.mapping.to_actions(positions, observation.state, self.spec.action_space)
+        return self.mapping.to_actions(positions, observation.state, self.spec)
 
     # -- output ----------------------------------------------------------------------------
 
