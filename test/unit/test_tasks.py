@@ -159,7 +159,8 @@ def _walk_to(sim, q, width=0.08, steps=30):
         ("reach", (0.08, 0.0, 0.05), 0),  # beside it: approach from above again
         ("pick", (0.005, 0.0, 0.05), 1),  # over it: descend
         ("pick", (0.0, 0.0, 0.012 - HALF), 2),  # fingers around it: close
-        ("push", "behind-low", 2),  # in position behind it: push
+        ("push", ("behind", 0.0), 2),  # in position behind it: push
+        ("push", ("behind", 0.02), 2),  # low behind it but drifted sideways: push on
         ("push", (0.0, 0.0, 0.05), 0),  # above it: go round
     ],
 )
@@ -173,9 +174,11 @@ def test_expert_taking_over_mid_task_resumes_instead_of_restarting(task, offset,
     kin = ArmKinematics(sim.model)
     cube = sim.snapshot().cubes[sim.setup.target]
     home = np.array(sim.robot.home)
-    if offset == "behind-low":  # 4 cm behind the cube on the line to the zone, 1.8 cm up
+    if offset[0] == "behind":  # 4 cm behind the cube on the line to the zone, 1.8 cm up
         away = cube[:2] - np.array(ZONE_CENTRE)
-        offset = (*(0.04 * away / np.linalg.norm(away)), 0.018 - HALF)
+        away /= np.linalg.norm(away)
+        side = offset[1] * np.array([-away[1], away[0]])
+        offset = (*(0.04 * away + side), 0.018 - HALF)
     q = home
     for _ in range(3):  # IK from home in a few hops (the solver is local)
         q = kin.solve(q, cube + offset, hand_rotation(grasp_yaw(0.0)), iterations=40)

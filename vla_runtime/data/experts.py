@@ -201,11 +201,11 @@ class ScriptedExpert:
             offset = tcp[:2] - behind[:2]
             across = abs(offset[0] * direction[1] - offset[1] * direction[0])
             along = float(offset @ direction)  # the cube's near face is at +0.03
-            if across > RESUME_LATERAL / 2 or along > 0.025:
+            if across > 0.025 or along > 0.025:
                 return 0  # beside or on top of the cube: go round from above
-            if tcp[2] < behind[2] + 0.01:
-                return 2 if along > -0.02 else 1
-            return 1 if tcp[2] < plan[0].position[2] + 0.01 and across < 0.01 else 0
+            if tcp[2] < behind[2] + 0.02:  # low behind it: push on, the press point steers back
+                return 2 if along > -0.03 else 1
+            return 1 if across < RESUME_LATERAL / 2 and tcp[2] < plan[0].position[2] + 0.01 else 0
         return 0
 
     def _advance(self, plan: list[Waypoint]) -> Waypoint:
