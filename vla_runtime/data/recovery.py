@@ -4,9 +4,9 @@ A checkpoint runs closed loop in the in-process simulator. Every `branch_every` 
 the whole simulator state is saved, a fresh scripted expert takes over from exactly that state
 (at the waypoint that state calls for: `ScriptedExpert.resume_phase`) for `branch_steps` steps
 (recorded, rendered, success-labelled: an ordinary episode), and the state is restored so the
-policy carries on where it was. The branches cover the states the
-policy really visits, including the drifted ones an expert alone never shows, each with the
-expert's way back (Ross et al., DAgger, 2011). Training on expert data + branches is
+policy carries on where it was. The branches cover the states the policy really visits,
+including the drifted ones an expert alone never shows, each with the expert's way back (Ross
+et al., DAgger, 2011). Training on expert data + branches is
 `vla-runtime train --data expert --data branches --include-failed` (a short branch rarely ends
 in success, and training skips failed episodes otherwise).
 """
