@@ -49,29 +49,27 @@ class PolicySpec:
         return cls(**d)
 
 
-def chunk_to_positions(actions: np.ndarray, state: np.ndarray, spec: PolicySpec) -> np.ndarray:
-    """A chunk in the policy's action space -> absolute joint-position rows (policy units).
-
-    Joint deltas are relative to the observed state the chunk was inferred from (openpi
-    convention); the gripper column is absolute in every space."""
-    positions = np.array(actions, dtype=np.float64)
+def _position_offset(state: np.ndarray, spec: PolicySpec) -> np.ndarray:
+    """What the policy's actions are relative to: the observed arm joints for joint deltas
+    (openpi convention), nothing for joint positions; the gripper is absolute in every space."""
+    offset = np.zeros(spec.action_dim)
     if spec.action_space == ActionSpace.JOINT_DELTAS:
         arm = spec.action_dim - (1 if spec.gripper else 0)
-        positions[:, :arm] += np.asarray(state, np.float64)[:arm]
+        offset[:arm] = np.asarray(state, np.float64)[:arm]
     elif spec.action_space != ActionSpace.JOINT_POSITIONS:
         raise PolicyError(f"no joint positions for action space {spec.action_space.value}")
-    return positions
+    return offset
+
+
+def chunk_to_positions(actions: np.ndarray, state: np.ndarray, spec: PolicySpec) -> np.ndarray:
+    """A chunk in the policy's action space -> absolute joint-position rows (policy units),
+    relative to the observed state the chunk was inferred from."""
+    return np.asarray(actions, np.float64) + _position_offset(state, spec)
 
 
 def positions_to_chunk(positions: np.ndarray, state: np.ndarray, spec: PolicySpec) -> np.ndarray:
     """Inverse of `chunk_to_positions` (a plan in joint positions -> the policy's actions)."""
-    actions = np.array(positions, dtype=np.float64)
-    if spec.action_space == ActionSpace.JOINT_DELTAS:
-        arm = spec.action_dim - (1 if spec.gripper else 0)
-        actions[:, :arm] -= np.asarray(state, np.float64)[:arm]
-    elif spec.action_space != ActionSpace.JOINT_POSITIONS:
-        raise PolicyError(f"no joint positions for action space {spec.action_space.value}")
-    return actions
+    return np.asarray(positions, np.float64) - _position_offset(state, spec)
 
 
 class PolicyError(ValueError):
