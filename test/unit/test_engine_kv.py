@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
-from vla_runtime.engine.factory import random_checkpoint
+from vla_runtime.engine.checkpoint import save_checkpoint
+from vla_runtime.engine.factory import load_policy, random_checkpoint
 from vla_runtime.engine.model import text_bias, tokenize
 from vla_runtime.engine.policy import ComputeMode, Observation, PolicyError
 from vla_runtime.engine.torch_backend import TorchPolicy, reference_sample
@@ -203,6 +207,26 @@ def test_noise_scale_scales_the_flow_start(checkpoint):
     assert np.abs(half - expected).max() < TOL
     with pytest.raises(PolicyError, match="noise_scale"):
         TorchPolicy(checkpoint, noise_scale=1.5)
+
+
+def test_checkpoint_recommends_its_noise_scale(checkpoint, tmp_path):
+    """A checkpoint measured with deterministic sampling says so in spec.json: loading it
+    samples deterministically unless the caller asks otherwise; unknown options are refused."""
+    directory = save_checkpoint(
+        tmp_path / "ckpt", replace(checkpoint, inference={"noise_scale": 0.0})
+    )
+    obs = observation(12)
+    recommended = load_policy("torch", str(directory), seed=SEED)
+    assert recommended.noise_scale == 0.0
+    assert np.array_equal(recommended.infer(obs).actions, recommended.infer(obs).actions)
+    assert load_policy("torch", str(directory), seed=SEED, noise_scale=None).noise_scale == 0.0
+    overridden = load_policy("torch", str(directory), seed=SEED, noise_scale=1.0)
+    expected = TorchPolicy(checkpoint, seed=SEED).infer(obs).actions
+    assert np.abs(overridden.infer(obs).actions - expected).max() < TOL
+    meta = json.loads((directory / "spec.json").read_text())
+    (directory / "spec.json").write_text(json.dumps({**meta, "inference": {"noise": 0.0}}))
+    with pytest.raises(PolicyError, match="unknown inference options"):
+        load_policy("torch", str(directory))
 
 
 def test_warm_start_rebases_joint_deltas_on_the_new_state():

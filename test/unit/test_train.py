@@ -85,3 +85,17 @@ def test_fine_tuning_into_joint_deltas_keeps_the_weights(tmp_path):
     with pytest.raises(ValueError, match="joint_positions"):  # resuming must not switch spaces
         train([str(data)], base, steps=3, batch_size=4, save_every=2, progress=False,
               action_space="joint_deltas")  # fmt: skip
+
+
+def test_train_records_the_recommended_noise_scale_in_the_shipped_copy(tmp_path):
+    from vla_runtime.data.train import train_main
+
+    data, out, ship = tmp_path / "data", tmp_path / "ckpt", tmp_path / "ship"
+    _dataset(data, env_state=False)
+    common = ["--data", str(data), "--out", str(out), "--steps", "2", "--batch-size", "4",
+              "--save-every", "2", "--no-progress"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        train_main([*common, "--noise-scale", "1.5"])
+    assert train_main([*common, "--noise-scale", "0", "--ship", str(ship)]) == 0
+    assert load_checkpoint(out).inference == {"noise_scale": 0.0}
+    assert load_checkpoint(ship).inference == {"noise_scale": 0.0}

@@ -130,7 +130,7 @@ def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, fram
 
 def evaluate_in_process(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
-    execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float = 1.0,
+    execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float | None = None,
 ) -> dict:  # fmt: skip
     """Development tool: no ROS, same loop as the stack path."""
     from tqdm import tqdm
@@ -164,7 +164,7 @@ def evaluate_in_process(
     finally:
         env.close()
     settings = {"via": "inprocess", "seed": seed, "execute": execute, "checkpoint": checkpoint}
-    return summarise(task, results, {**settings, "noise_scale": noise_scale})
+    return summarise(task, results, {**settings, "noise_scale": policy.noise_scale})
 
 
 # ------------------------------------------------------------------------------ node stack
@@ -173,7 +173,7 @@ def evaluate_in_process(
 def evaluate_stack(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, log_dir=None, realtime: bool = False,
-    engine_params: tuple[str, ...] = (), extra_nodes: tuple = (), noise_scale: float = 1.0,
+    engine_params: tuple[str, ...] = (), extra_nodes: tuple = (), noise_scale: float | None = None,
 ) -> dict:  # fmt: skip
     """`engine_params`: more engine parameters (name:=value); `extra_nodes`: more
     (name, [module, name:=value…]) processes on the stack (e.g. the scheduler).
@@ -185,15 +185,17 @@ def evaluate_stack(
     from trajectory_msgs.msg import JointTrajectory
 
     from vla_runtime.core import topics
-    from vla_runtime.engine.checkpoint import load_checkpoint
+    from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
     from vla_runtime.nodes.expert import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
 
-    spec = load_checkpoint(checkpoint).spec
+    loaded = load_checkpoint(checkpoint)
+    spec = loaded.spec
+    noise_scale = policy_options(loaded, {"noise_scale": noise_scale}).get("noise_scale", 1.0)
     size = spec.cameras[0].height
     engine = [
         "vla_runtime.nodes.engine", f"checkpoint:={os.path.abspath(checkpoint)}",
         "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false",
-        f"noise_scale:={noise_scale}", *engine_params,
+        f"noise_scale:={float(noise_scale)}", *engine_params,
     ]  # fmt: skip
     nodes = [("engine", engine), *extra_nodes]
     env = RosEnv(task, size, realtime, log_dir=log_dir, extra_nodes=nodes)
@@ -281,7 +283,9 @@ def eval_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
     parser.add_argument("--via", choices=("jtc", "inprocess"), default="jtc")
     parser.add_argument(
-        "--noise-scale", type=float, default=1.0, help="flow start noise (0: deterministic)"
+        "--noise-scale",
+        type=float,
+        help="flow start noise (0: deterministic; default: the checkpoint's, else 1)",
     )
     parser.add_argument(
         "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"

@@ -176,9 +176,11 @@ def train(
     aux_weight: float = 1.0,
     action_space: str = ActionSpace.JOINT_POSITIONS,
     init: str | Path | None = None,
+    inference: dict | None = None,
 ) -> dict:
     """`init`: start from that checkpoint's weights (fine-tuning; fresh optimizer and
-    normalisation, so it may change the action space)."""
+    normalisation, so it may change the action space). `inference`: policy options the
+    checkpoint recommends at run time (e.g. {"noise_scale": 0.0}), kept in its spec.json."""
     from tqdm import tqdm
 
     out = Path(out)
@@ -244,7 +246,7 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
 
     def save(step: int, train_seconds: float) -> None:
-        save_checkpoint(out, Checkpoint(model.eval(), spec, norm))
+        save_checkpoint(out, Checkpoint(model.eval(), spec, norm, dict(inference or {})))
         model.train()
         tmp = out / (TRAIN_STATE + ".tmp")
         torch.save(
@@ -312,6 +314,7 @@ def train(
         "state_noise": state_noise,
         "action_space": spec.action_space.value,
         "init": None if init is None else str(init),
+        "inference": dict(inference or {}),
         "aux_weight": aux_weight if aux is not None else 0.0,
         "final_aux_loss": float(np.mean(aux_losses[-100:])) if aux_losses else None,
         "image_size": height,
@@ -378,13 +381,21 @@ def train_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--init", help="start from this checkpoint's weights (fine-tune)")
     parser.add_argument("--ship", help="also write a compact float16 copy here")
+    parser.add_argument(
+        "--noise-scale",
+        type=float,
+        help="flow start noise the checkpoint recommends at run time (0: deterministic)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.noise_scale is not None and not 0.0 <= args.noise_scale <= 1.0:
+        parser.error(f"--noise-scale must be in [0, 1], got {args.noise_scale}")
     command = "vla-runtime train " + " ".join(sys.argv[1:] if argv is None else argv)
     summary = train(
         args.data, args.out, args.preset, args.steps, args.batch_size, args.lr, args.seed,
         args.save_every, args.include_failed, args.threads, not args.no_progress, command,
         args.state_noise, args.aux_weight, args.action_space, args.init,
+        None if args.noise_scale is None else {"noise_scale": args.noise_scale},
     )  # fmt: skip
     complete = summary["completed_steps"] == args.steps
     if args.ship and complete:

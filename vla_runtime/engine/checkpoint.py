@@ -1,13 +1,14 @@
 """Local checkpoints: a directory with `model.safetensors` and `spec.json`; nothing is fetched.
 
-spec.json = {"format": 1, "spec": PolicySpec, "model": ModelConfig, "normalization": stats}.
+spec.json = {"format": 1, "spec": PolicySpec, "model": ModelConfig, "normalization": stats,
+"inference": optional run-time policy options the checkpoint was evaluated with}.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -69,11 +70,16 @@ class Normalization:
         return cls(**{k: np.asarray(d[k], np.float32) for k in cls.__dataclass_fields__})
 
 
+# Policy options a checkpoint may recommend (its figures were measured with them).
+INFERENCE_OPTIONS = ("noise_scale",)
+
+
 @dataclass
 class Checkpoint:
     model: VLAModel
     spec: PolicySpec
     normalization: Normalization
+    inference: dict = field(default_factory=dict)
 
     @property
     def config(self) -> ModelConfig:
@@ -91,6 +97,8 @@ def save_checkpoint(directory: str | Path, checkpoint: Checkpoint) -> Path:
         "model": checkpoint.config.to_dict(),
         "normalization": checkpoint.normalization.to_dict(),
     }
+    if checkpoint.inference:
+        meta["inference"] = checkpoint.inference
     (directory / SPEC).write_text(json.dumps(meta, indent=2))
     return directory
 
@@ -118,7 +126,18 @@ def load_checkpoint(directory: str | Path, device: str = "cpu") -> Checkpoint:
     spec = PolicySpec.from_dict(meta["spec"])
     model = VLAModel(ModelConfig(**meta["model"]))
     model.load_state_dict(load_file(str(directory / WEIGHTS), device="cpu"))
-    return Checkpoint(model.to(device).eval(), spec, Normalization.from_dict(meta["normalization"]))
+    inference = meta.get("inference", {})
+    unknown = set(inference) - set(INFERENCE_OPTIONS)
+    if unknown:
+        raise PolicyError(f"{directory / SPEC}: unknown inference options {sorted(unknown)}")
+    normalization = Normalization.from_dict(meta["normalization"])
+    return Checkpoint(model.to(device).eval(), spec, normalization, inference)
+
+
+def policy_options(checkpoint: Checkpoint, options: dict) -> dict:
+    """The checkpoint's recommended inference options, overridden by the caller's (None: not
+    given)."""
+    return {**checkpoint.inference, **{k: v for k, v in options.items() if v is not None}}
 
 
 def model_hash(checkpoint: Checkpoint) -> str:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from vla_runtime.engine.checkpoint import Checkpoint, Normalization, load_checkpoint
+from vla_runtime.engine.checkpoint import (
+    Checkpoint,
+    Normalization,
+    load_checkpoint,
+    policy_options,
+)
 from vla_runtime.engine.model import VLAModel, default_spec, preset_config
 from vla_runtime.engine.policy import Policy, PolicyError, PolicySpec
 
@@ -30,14 +35,16 @@ def load_policy(
     **options,
 ) -> Policy:
     """`checkpoint`: a local directory (model.safetensors + spec.json); None = random weights of
-    `preset`. `options` go to the policy (max_reuse, candidates, warm_steps; onnxruntime also
-    cache_dir)."""
+    `preset`. `options` go to the policy (max_reuse, candidates, warm_steps, noise_scale;
+    onnxruntime also cache_dir); options the checkpoint recommends apply unless given here
+    (None: not given)."""
     if backend == "tensorrt":  # builds (or loads cached) plans from the ONNX export
         from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
 
         device = "cuda" if device == "cpu" else device
         return load_tensorrt_policy(checkpoint, preset, seed, device, **options)
     loaded = load_checkpoint(checkpoint) if checkpoint else random_checkpoint(preset, seed)
+    options = policy_options(loaded, options)
     if backend == "torch":
         from vla_runtime.engine.torch_backend import TorchPolicy
 

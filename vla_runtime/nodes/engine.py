@@ -225,7 +225,8 @@ class EngineNode(Node):
         self.preset = declare("preset", "tiny").value
         self.device = declare("device", "cpu").value
         self.seed = int(declare("seed", 0).value)
-        self.noise_scale = float(declare("noise_scale", 1.0).value)
+        # Unset: the checkpoint's recommendation, else 1.0.
+        self.noise_scale = declare("noise_scale", Parameter.Type.DOUBLE).value
         self.endpoint = declare("endpoint", "tcp://127.0.0.1:5555").value
         self.curve_keys = declare("curve_keys", "").value
         self.remote_timeout_s = float(declare("remote_timeout_s", 2.0).value)
