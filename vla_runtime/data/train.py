@@ -63,41 +63,53 @@ def load_training_data(
 ) -> TrainingData:
     from tqdm import tqdm
 
-    images: dict[str, list[np.ndarray]] = {}
     states, actions, ends, tasks, env_states = [], [], [], [], []
     task_ids: dict[str, int] = {}
-    total = skipped = 0
     metas = [load_metadata(root) for root in roots]
     count = sum(len(m.episodes) for m in metas)
-    with tqdm(total=count, desc="load episodes", unit="ep", disable=not progress) as bar:
-        for meta in metas:
-            for index in range(len(meta.episodes)):
-                bar.update(1)
-                if not include_failed and not meta.episodes[index]["success"]:
-                    skipped += 1
-                    continue
-                episode = load_episode(meta, index)
-                for camera, frames in episode.images.items():
-                    images.setdefault(camera, []).append(frames)
-                total += len(episode.state)
-                env_states.append(episode.env_state)
-                states.append(episode.state)
-                actions.append(episode.action)
-                ends.append(np.full(len(episode.state), total))
-                task = task_ids.setdefault(episode.task, len(task_ids))
-                tasks.append(np.full(len(episode.state), task))
-    if not states:
+    kept = [
+        (meta, index)
+        for meta in metas
+        for index, episode in enumerate(meta.episodes)
+        if include_failed or episode["success"]
+    ]
+    if not kept:
         raise ValueError(f"no usable episodes in {roots}")
+    # Frames go straight into one preallocated array per camera: concatenating per-episode
+    # arrays at the end would hold every image twice at the peak.
+    frames_total = sum(int(meta.episodes[index]["length"]) for meta, index in kept)
+    images: dict[str, np.ndarray] = {}
+    total = 0
+    with tqdm(total=count, desc="load episodes", unit="ep", disable=not progress) as bar:
+        for meta, index in kept:
+            episode = load_episode(meta, index)
+            length = len(episode.state)
+            if length != int(meta.episodes[index]["length"]):
+                raise ValueError(f"{meta.root} episode {index}: {length} frames, metadata says "
+                                 f"{meta.episodes[index]['length']}")  # fmt: skip
+            for camera, frames in episode.images.items():
+                if camera not in images:
+                    images[camera] = np.empty((frames_total, *frames.shape[1:]), frames.dtype)
+                images[camera][total : total + length] = frames
+            total += length
+            env_states.append(episode.env_state)
+            states.append(episode.state)
+            actions.append(episode.action)
+            ends.append(np.full(length, total))
+            task = task_ids.setdefault(episode.task, len(task_ids))
+            tasks.append(np.full(length, task))
+            bar.update(1)
+        bar.update(count - len(kept))
     text = np.stack([tokenize(t, max_text_len) for t in task_ids])
     return TrainingData(
-        images={c: np.concatenate(v) for c, v in images.items()},
+        images=images,
         state=np.concatenate(states).astype(np.float32),
         action=np.concatenate(actions).astype(np.float32),
         episode_end=np.concatenate(ends),
         text_ids=text,
         task_of_frame=np.concatenate(tasks),
         episodes=len(states),
-        skipped=skipped,
+        skipped=count - len(kept),
         env_state=(
             None
             if any(e is None for e in env_states)
