@@ -83,10 +83,11 @@ def load_training_data(
     with tqdm(total=count, desc="load episodes", unit="ep", disable=not progress) as bar:
         for meta, index in kept:
             episode = load_episode(meta, index)
-            length = len(episode.state)
-            if length != int(meta.episodes[index]["length"]):
-                raise ValueError(f"{meta.root} episode {index}: {length} frames, metadata says "
-                                 f"{meta.episodes[index]['length']}")  # fmt: skip
+            length, listed = len(episode.state), int(meta.episodes[index]["length"])
+            if length != listed:
+                raise ValueError(
+                    f"{meta.root} episode {index}: {length} frames, metadata says {listed}"
+                )
             for camera, frames in episode.images.items():
                 if camera not in images:
                     images[camera] = np.empty((frames_total, *frames.shape[1:]), frames.dtype)
@@ -197,6 +198,7 @@ def train(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    inference = dict(inference or {})
     if threads:
         torch.set_num_threads(threads)
     meta = load_metadata(data_dirs[0])
@@ -258,7 +260,7 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
 
     def save(step: int, train_seconds: float) -> None:
-        save_checkpoint(out, Checkpoint(model.eval(), spec, norm, dict(inference or {})))
+        save_checkpoint(out, Checkpoint(model.eval(), spec, norm, inference))
         model.train()
         tmp = out / (TRAIN_STATE + ".tmp")
         torch.save(
@@ -326,7 +328,7 @@ def train(
         "state_noise": state_noise,
         "action_space": spec.action_space.value,
         "init": None if init is None else str(init),
-        "inference": dict(inference or {}),
+        "inference": inference,
         "aux_weight": aux_weight if aux is not None else 0.0,
         "final_aux_loss": float(np.mean(aux_losses[-100:])) if aux_losses else None,
         "image_size": height,
