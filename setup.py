@@ -46,6 +46,7 @@ setup(
         "console_scripts": [
             "vla-runtime = vla_runtime.cli:main",
             "vla-sim-driver = vla_runtime.drivers.sim.node:main",
+            "vla-task-driver = vla_runtime.nodes.task_driver:main",
             "vla-camera = vla_runtime.nodes.camera:main",
             "vla-engine = vla_runtime.nodes.engine:main",
             "vla-streamer = vla_runtime.nodes.streamer:main",

@@ -16,7 +16,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, String, UInt32
+from std_msgs.msg import Empty, Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
@@ -67,6 +67,8 @@ class Probe:
             Float64MultiArray, topics.forward_command("forward_position_controller"), 10
         )
         self.step = pub(UInt32, topics.SIM_STEP, 10)
+        self.gripper = pub(Float64MultiArray, topics.forward_command("fr3_gripper"), 10)
+        self.recover = pub(Empty, topics.DRIVER_RECOVER, 10)
 
     @property
     def sim_time(self) -> float:
@@ -97,6 +99,12 @@ class Probe:
             time_from_start=Duration(sec=int(seconds), nanosec=int(seconds % 1 * 1e9)),
         )
         self.trajectory.publish(JointTrajectory(joint_names=list(names), points=[point]))
+
+    def next_event(self, what: str) -> dict:
+        """Spin until the driver publishes its next event (after those seen so far)."""
+        n = len(self.events)
+        self.spin_until(lambda: len(self.events) > n, what)
+        return self.events[n]
 
     def close(self) -> None:
         self.executor.shutdown()
@@ -208,3 +216,90 @@ def test_lockstep_advances_only_on_request(rclpy_context, tmp_path):
         probe.close()
         output = stop_driver(proc, log)
     assert proc.returncode == 0, output
+
+
+@pytest.mark.integration
+def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
+    """Motion faster than FR3's joint velocity limit (fr3_joint2: 2.62 rad/s) trips a latched
+    joint_velocity_violation on the trajectory and the forward interface, like libfranka: the
+    arm holds and every command is refused until /vla/driver/recover."""
+    proc, log = start_driver(tmp_path)
+    probe = Probe(rclpy_context)
+    jtc = topics.trajectory_command("fr3_arm_controller")
+    forward = topics.forward_command("forward_position_controller")
+    gripper = topics.forward_command("fr3_gripper")
+    step = np.zeros(7)
+    step[1] = 1.0  # fr3_joint2
+
+    def holds_at(q, seconds: float = 0.5) -> None:
+        probe.spin_sim(seconds)
+        assert np.abs(probe.arm - q).max() < 0.01, probe.arm - q
+
+    def recover() -> None:
+        probe.recover.publish(Empty())
+        event = probe.next_event("the recovery")
+        assert event["event"] == "recovered" and event["fault"].startswith("joint_velocity")
+
+    try:
+        probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
+        for publisher in (probe.trajectory, probe.forward, probe.gripper, probe.recover):
+            probe.connected(publisher)
+
+        # Trajectory: 0.15 rad in 50 ms is 3 rad/s.
+        probe.send_trajectory(ARM, HOME + 0.15 * step, 0.05)
+        event = probe.next_event("the trajectory reflex")
+        assert event["event"] == "reflex" and event["topic"] == jtc
+        assert event["reason"] == "joint_velocity_violation: fr3_joint2 3.00 rad/s > 2.62 (limit)"
+        assert event["fault"] == event["reason"]
+        holds_at(HOME)
+        # Latched: a slow trajectory and a gripper command are refused too, naming the fault.
+        for topic, send in (
+            (jtc, lambda: probe.send_trajectory(ARM, HOME + 0.15 * step, 1.0)),
+            (gripper, lambda: probe.gripper.publish(Float64MultiArray(data=[0.02]))),
+        ):
+            send()
+            refused = probe.next_event(f"the refusal on {topic}")
+            assert refused["event"] == "reflex" and refused["topic"] == topic
+            assert (
+                refused["reason"].startswith(event["fault"]) and refused["fault"] == event["fault"]
+            )
+        holds_at(HOME)
+        assert probe.states[-1].position[7] + probe.states[-1].position[8] > 0.075  # still open
+        recover()
+        above = HOME + 0.15 * step
+        probe.send_trajectory(ARM, above, 0.5)  # 0.3 rad/s: runs
+        probe.spin_until(lambda: np.abs(probe.arm - above).max() < 0.01, "the slow trajectory")
+
+        # Forward: a slow stream runs (0.3 mrad per command: total 2.4 mrad, under 2.62 rad/s
+        # even if all but the last came in one physics step), then a 0.1 rad step (>= 5 rad/s,
+        # judged over at most 20 ms) trips. The reflex names a 0.1 rad step: the stream (sent
+        # before it on the same topic) had been accepted and moved the setpoint to q.
+        q = above
+        for _ in range(8):
+            q = q - 0.0003 * step
+            probe.forward.publish(Float64MultiArray(data=q.tolist()))
+        probe.forward.publish(Float64MultiArray(data=(q - 0.1 * step).tolist()))
+        event = probe.next_event("the forward reflex")
+        assert event["event"] == "reflex" and event["topic"] == forward
+        assert event["reason"].startswith("joint_velocity_violation: fr3_joint2 ")
+        assert "forward step 0.1000 rad" in event["reason"]
+        assert event["fault"] == event["reason"]
+        holds_at(q)
+        probe.forward.publish(Float64MultiArray(data=q.tolist()))  # refused while latched
+        refused = probe.next_event("the refusal on the forward topic")
+        assert refused["event"] == "reflex" and refused["reason"].startswith(event["fault"])
+        holds_at(q)
+        recover()
+        # A new stream's first step is judged over 20 ms: 0.04 rad there is 2 rad/s and runs.
+        q = q - 0.04 * step
+        probe.forward.publish(Float64MultiArray(data=q.tolist()))
+        probe.spin_until(lambda: np.abs(probe.arm - q).max() < 0.01, "a forward command")
+        holds_at(q)
+        assert probe.events[-1]["event"] == "recovered"  # accepted: no event since
+        assert not any(e["event"] == "rejected" for e in probe.events), probe.events
+    finally:
+        probe.close()
+        output = stop_driver(proc, log)
+    assert proc.returncode == 0, output
+    assert "reflex on /fr3_arm_controller/joint_trajectory: joint_velocity_violation" in output
+    assert "recovered from joint_velocity_violation" in output

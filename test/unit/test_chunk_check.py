@@ -28,7 +28,8 @@ DT = 0.1
 
 
 def checker(**config) -> ChunkChecker:
-    return ChunkChecker(ROBOT, FRANKA, ChunkCheckConfig(**config))
+    """At the full limits unless told otherwise, so the scaling arithmetic reads plainly."""
+    return ChunkChecker(ROBOT, FRANKA, ChunkCheckConfig(**{"limit_fraction": 1.0, **config}))
 
 
 def chunk(arm: np.ndarray, gripper=None, stamp=STAMP, dt=DT, names=ARM) -> Chunk:
@@ -214,3 +215,34 @@ def test_event_carries_verdict_reasons_and_numbers():
     event = check(chunk(ramp(6, 6.0, n=4), stamp=NOW)).event()
     assert event["verdict"] == CLIP and event["time_scale"] == pytest.approx(6.0 / 5.26)
     assert event["reasons"][0].startswith("slowed down 1.141x: velocity_ratio")
+
+
+def test_chunks_are_timed_against_a_fraction_of_the_limits():
+    # joint 7 at 4.0 rad/s: inside its 5.26 rad/s limit, above 0.7 of it (3.682)
+    times = (0.1, 0.2, 0.3)
+    rows = [HOME + [0, 0, 0, 0, 0, 0, 4.0 * (t - 0.1)] for t in times]
+    chunk = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, rows)))
+    full = checker(tcp_speed=10.0).check(chunk, NOW, HOME, STATE_STAMP)
+    assert full.decision == "accept"
+    planned = checker(limit_fraction=0.7, tcp_speed=10.0).check(chunk, NOW, HOME, STATE_STAMP)
+    assert planned.decision == "clip"
+    assert planned.numbers["time_scale"] == pytest.approx(4.0 / (0.7 * 5.26), rel=1e-6)
+    with pytest.raises(ValueError, match="limit_fraction"):
+        checker(limit_fraction=1.5)
+
+
+def test_a_chunk_observed_while_the_arm_held_starts_late_instead_of_joining_mid_way():
+    # 1 rad/s on joint 1 from the held state; the chunk arrives 0.3 s after its observation
+    times = tuple(0.05 * (k + 1) for k in range(16))
+    rows = [HOME + [1.0 * t, 0, 0, 0, 0, 0, 0] for t in times]
+    chunk = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, rows)))
+    now = STAMP + 0.3
+    joined = checker().check(chunk, now, HOME, now - 0.004, held=False)
+    assert joined.decision == "veto" and "discontinuous start" in joined.reasons[0]
+    late = checker().check(chunk, now, HOME, now - 0.004, held=True)
+    assert late.executable
+    assert late.stamp + late.times[0] == pytest.approx(now + 0.02)  # first action, lead ahead
+    assert late.numbers["retimed_s"] == pytest.approx(0.27)
+    # an action only slightly past (within the lead) is not worth re-timing
+    fresh = checker().check(chunk, STAMP + 0.06, HOME, STAMP + 0.05, held=True)
+    assert fresh.stamp == STAMP and "retimed_s" not in fresh.numbers

@@ -146,10 +146,11 @@ def test_reach_expert_touches_with_margin_and_leaves_the_cube_in_place():
 def _walk_to(sim, q, width=0.08, steps=30):
     from vla_runtime.sim.tasks import CONTROL_DT
 
+    # One move within the joint limits (a jump would trip the simulated reflex), then settle.
     names = (*sim.robot.joints, sim.robot.gripper_joints[0])
-    for _ in range(steps):
-        sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT])
-        sim.step(50)
+    moving = CONTROL_DT * (steps - 6)
+    assert sim.set_trajectory(names, [[*q, width / 2]], [moving]) is None
+    sim.step(round(CONTROL_DT * steps / sim.dt))
 
 
 @pytest.mark.parametrize(

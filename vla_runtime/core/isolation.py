@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vla_runtime.core.threads import default_threads, thread_env
+
 LOCK_DIR = Path(os.environ.get("VLA_RUNTIME_LOCK_DIR", "/tmp/vla_runtime_domains"))
 # Fast DDS derives ports from the domain id; 1..101 is the range safe on Linux for many
 # participants per domain. 0 is left to the user's default graph.
@@ -29,6 +31,10 @@ class DomainClaim:
         """An environment for child processes of this stack."""
         env = dict(os.environ if base is None else base)
         env["ROS_DOMAIN_ID"] = str(self.domain_id)
+        # Every node of a stack shares the host's cores: OpenMP & co. default to one thread
+        # per core in each process otherwise (nodes that compute set theirs explicitly).
+        for name, value in thread_env(default_threads()).items():
+            env.setdefault(name, value)
         if localhost_only:
             env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
         return env

@@ -31,3 +31,8 @@ def share_dir() -> Path:
 
 def config_dir() -> Path:
     return share_dir() / "config"
+
+
+def shipped_checkpoint() -> Path:
+    """The trained tiny policy that ships with the package (checkpoints/vla_tiny_sim)."""
+    return share_dir() / "checkpoints" / "vla_tiny_sim"

@@ -16,11 +16,18 @@ CHECKED_CHUNK = "/vla/checked_chunk"
 # velocity filled. The gate converts it to the driver's interface.
 COMMAND = "/vla/command"
 ESTOP = "/vla/estop"
+# Episode boundaries (std_msgs/String, one JSON object, transient local): {"episode", "seed",
+# "task", "instruction", "stamp"}. Published when a new episode starts (a simulated reset, or an
+# operator's on a real arm); the engine, safety and streamer drop what belongs to the previous
+# one and start again from the measured state stamped at or after `stamp`.
+EPISODE = "/vla/episode"
 ENGINE_STATS = "/vla/engine/stats"
 STREAMER_STATS = "/vla/streamer/stats"
 SAFETY_EVENTS = "/vla/safety/events"
 # Driver-side events (rejected commands, holds): std_msgs/String holding one JSON object.
 DRIVER_EVENTS = "/vla/driver/events"
+# Error recovery after a driver's reflex (std_msgs/Empty), like libfranka's automaticErrorRecovery.
+DRIVER_RECOVER = "/vla/driver/recover"
 # Direct drivers' health (diagnostic_msgs/DiagnosticArray): libfranka errors, loop period, …
 DRIVER_STATS = "/vla/driver/stats"
 DIAGNOSTICS = "/diagnostics"

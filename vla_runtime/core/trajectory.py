@@ -221,3 +221,25 @@ class TrajectorySampler:
         v = (_DERIVATIVE * powers[:5]) @ c[1:]
         a = (_SECOND * powers[:4]) @ c[2:]
         return p, v, a
+
+    def sample_many(self, times) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`sample(t)` at each of `times` at once: (len(times) x joints) arrays (new copies)."""
+        t = np.asarray(times, dtype=float).ravel()
+        width = self._hold[0].shape[0]
+        p = np.empty((t.size, width))
+        v = np.zeros((t.size, width))
+        a = np.zeros((t.size, width))
+        index = np.searchsorted(self._knot_times, t, side="right") - 1  # = bisect_right - 1
+        after = t >= self.end_time
+        p[after] = self._hold[0]
+        p[(index < 0) & ~after] = self._start[0]
+        for i, c in enumerate(self._coefficients):
+            rows = (index == i) & ~after
+            if c is None or not rows.any():
+                continue
+            s = t[rows] - self._knot_times[i]
+            powers = s[:, None] ** np.arange(6)
+            p[rows] = powers @ c
+            v[rows] = (powers[:, :5] * _DERIVATIVE) @ c[1:]
+            a[rows] = (powers[:, :4] * _SECOND) @ c[2:]
+        return p, v, a

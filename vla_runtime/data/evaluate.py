@@ -2,7 +2,10 @@
 completion and runtime metrics as one JSON object.
 
 Paths (`--via`):
-- `jtc` (default): the node stack in lock-step — task sim driver, sim cameras, the engine node
+- `stack` (default): the product path in real time, exactly the stack `vla-runtime launch sim
+  policy:=true task:=T` starts (cameras, engine, safety, streamer, sim driver); see
+  data/stack_eval.py. Episodes stream to a JSONL file (`--out`, `--resume`).
+- `jtc` (ablation): the node stack in lock-step — task sim driver, sim cameras, the engine node
   (`vla_runtime.nodes.engine`, run_mode on_request). Per cycle the harness publishes an
   inference request, waits for the engine's /vla/action_chunk computed from the frames of the
   current sim time, sends that chunk (clipped to the joint limits, `clip_to_limits`) to the
@@ -25,10 +28,12 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first imported
 
 import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 from vla_runtime.sim.tasks import (  # noqa: E402
     CONTROL_DT,
@@ -275,26 +280,85 @@ def evaluate_stack(
 
 
 def eval_main(argv: list[str] | None = None) -> int:
+    from vla_runtime.core.paths import shipped_checkpoint
+    from vla_runtime.core.stack import StackError, coerce_scalar
+
     parser = argparse.ArgumentParser(prog="vla-runtime eval", description=__doc__.split("\n")[0])
-    parser.add_argument("--ckpt", required=True, help="checkpoint directory")
+    parser.add_argument("--ckpt", default=str(shipped_checkpoint()),
+                        help="checkpoint directory (default: the shipped one)")  # fmt: skip
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first episode seed")
-    parser.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
-    parser.add_argument("--via", choices=("jtc", "inprocess"), default="jtc")
+    parser.add_argument("--via", choices=("stack", "jtc", "inprocess"), default="stack")
+    stack = parser.add_argument_group("stack (the product path)")
+    stack.add_argument("--mode", choices=("async", "sync"), default="async",
+                       help="streamer mode (sync: the wait-then-execute baseline)")  # fmt: skip
+    stack.add_argument("--backend", help="engine back end (default: the stack's)")
+    stack.add_argument("--scheduler", action="store_true", help="phase-adaptive scheduler on")
+    stack.add_argument("--set", action="append", default=[], metavar="NAME:=VALUE",
+                       help="any other sim stack argument (repeatable)")  # fmt: skip
+    stack.add_argument("--out", help="per-episode JSONL (default runs/eval_<task>.jsonl)")
+    stack.add_argument("--resume", action="store_true", help="skip seeds already in --out")
+    stack.add_argument("--plot", help="PNG of commanded vs measured joints and verdicts")
+    stack.add_argument("--quiet", action="store_true", help="no per-episode lines")
+    lockstep = parser.add_argument_group("jtc / inprocess (ablations)")
+    lockstep.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
+    lockstep.add_argument(
+        "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"
+    )
     parser.add_argument(
         "--noise-scale",
         type=float,
         help="flow start noise (0: deterministic; default: the checkpoint's, else 1)",
     )
-    parser.add_argument(
-        "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"
-    )
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error("--episodes must be >= 1")
+    if not os.path.isdir(args.ckpt):
+        parser.error(f"--ckpt {args.ckpt}: no such checkpoint directory")
     if args.seed < EVAL_SEED:
         print(f"warning: seeds below {EVAL_SEED} may have been used for training", file=sys.stderr)
+    if args.via == "stack":
+        from vla_runtime.data import stack_eval
+
+        overrides = {}
+        for item in args.set:
+            name, sep, value = item.partition(":=")
+            if not sep or not name:
+                parser.error(f"--set {item!r}: expected NAME:=VALUE")
+            overrides[name] = coerce_scalar(value)
+        overrides.update(checkpoint=os.path.abspath(args.ckpt), stream_mode=args.mode,
+                         image_size=checkpoint_image_size(args.ckpt))  # fmt: skip
+        if args.backend:
+            overrides["backend"] = args.backend
+        if args.scheduler:
+            overrides["scheduler"] = True
+        if args.noise_scale is not None:
+            parser.error("--noise-scale: the stack uses the checkpoint's recommendation")
+        out = Path(args.out or f"runs/eval_{args.task}.jsonl")
+
+        def show(record):
+            if not args.quiet:
+                tqdm.write(stack_eval.format_episode(record), file=sys.stderr)
+
+        try:
+            summary = stack_eval.eval_stack(
+                args.task, args.episodes, args.seed, overrides, out, args.resume,
+                not args.no_progress, Path(args.plot) if args.plot else None, show,
+            )  # fmt: skip
+        except StackError as exc:
+            print(f"vla-runtime eval: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(summary, indent=None if args.json else 2))
+        if not args.quiet:
+            print(stack_eval.format_chain(summary), file=sys.stderr)
+        reason = stack_eval.failure_reason(summary)
+        if reason:
+            print(f"vla-runtime eval: FAILED: {reason}", file=sys.stderr)
+            return 1
+        return 0
     if args.via == "inprocess":
         summary = evaluate_in_process(
             args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
@@ -307,6 +371,15 @@ def eval_main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     return 0
+
+
+def checkpoint_image_size(checkpoint: str) -> int:
+    """The square image size the checkpoint's cameras were trained on."""
+    spec = json.loads((Path(checkpoint) / "spec.json").read_text())["spec"]
+    sizes = {(c["height"], c["width"]) for c in spec["cameras"]}
+    if len(sizes) != 1 or len({*next(iter(sizes))}) != 1:
+        raise ValueError(f"{checkpoint}: cameras of different or non-square sizes {sizes}")
+    return next(iter(sizes))[0]
 
 
 if __name__ == "__main__":

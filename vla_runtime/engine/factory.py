@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.checkpoint import (
     Checkpoint,
     Normalization,
@@ -32,12 +33,16 @@ def load_policy(
     preset: str = "tiny",
     device: str = "cpu",
     seed: int = 0,
+    threads: int | None = None,
     **options,
 ) -> Policy:
     """`checkpoint`: a local directory (model.safetensors + spec.json); None = random weights of
-    `preset`. `options` go to the policy (max_reuse, candidates, warm_steps, noise_scale;
-    onnxruntime also cache_dir); options the checkpoint recommends apply unless given here
-    (None: not given)."""
+    `preset`. `threads`: CPU threads for torch / ONNX Runtime / OpenMP (0 = the host default,
+    None = leave the process's settings alone). `options` go to the policy (max_reuse,
+    candidates, warm_steps, noise_scale; onnxruntime also cache_dir); options the checkpoint
+    recommends apply unless given here (None: not given)."""
+    if threads is not None:
+        threads = limit_threads(threads)
     if backend == "tensorrt":  # builds (or loads cached) plans from the ONNX export
         from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
 
@@ -52,5 +57,7 @@ def load_policy(
     if backend in ("onnxruntime", "ort"):
         from vla_runtime.engine.onnx_backend import OrtPolicy
 
-        return OrtPolicy.from_checkpoint(loaded, device=device, seed=seed, **options)
+        return OrtPolicy.from_checkpoint(
+            loaded, device=device, seed=seed, threads=threads, **options
+        )
     raise PolicyError(f"unknown back end {backend!r}; local back ends: {list(BACKENDS)}")

@@ -643,6 +643,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPU threads for the back end (0: host default)"
+    )
     parser.add_argument("--bind", default=DEFAULT_BIND)
     parser.add_argument("--curve-keys", default=None, help="directory made by --gen-keys")
     parser.add_argument(
@@ -707,6 +710,7 @@ def _load_backend(args):
         preset=args.preset,
         device=args.device,
         seed=args.seed,
+        threads=args.threads,
     )
 
 

@@ -23,6 +23,7 @@ opening width of a two-finger gripper, the default for Franka; "mean"; or "none"
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import threading
@@ -42,6 +43,8 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
+from vla_runtime.core.injected_delay import InjectedDelay
+from vla_runtime.core.threads import resolve_threads
 from vla_runtime.engine.policy import (
     ActionSpace,
     ComputeMode,
@@ -225,6 +228,8 @@ class EngineNode(Node):
         self.preset = declare("preset", "tiny").value
         self.device = declare("device", "cpu").value
         self.seed = int(declare("seed", 0).value)
+        # CPU threads of torch / ONNX Runtime / OpenMP: 0 = the host default (core/threads.py).
+        self.threads = resolve_threads(int(declare("threads", 0).value))
         # Unset: the checkpoint's recommendation, else 1.0.
         self.noise_scale = declare("noise_scale", Parameter.Type.DOUBLE).value
         self.endpoint = declare("endpoint", "tcp://127.0.0.1:5555").value
@@ -236,6 +241,9 @@ class EngineNode(Node):
         self.run_mode = declare("run_mode", "on_request").value
         self.default_instruction = declare("instruction", "").value
         self.plan_guidance = bool(declare("plan_guidance", True).value)
+        # Extra delay before each chunk is published (latency sweeps; core/injected_delay.py).
+        self.injected_delay = InjectedDelay.parse(declare("inference_delay", "").value)
+        self._delay_rng = np.random.default_rng(self.seed + 1)
         robot = declare("robot", "fr3").value
         arm_joints = declare("arm_joints", Parameter.Type.STRING_ARRAY).value
         gripper_joints = declare("gripper_joints", Parameter.Type.STRING_ARRAY).value
@@ -264,6 +272,7 @@ class EngineNode(Node):
         self._mode = ComputeMode.parse(mode_text)
         self._pending_request: JointTrajectory | None = None
         self._last_used_stamp: float | None = None
+        self._episode_start = -math.inf  # frames and states before it show the old scene
         self._retry_after = 0.0
         self._latencies_s: deque[float] = deque(maxlen=20)
         self.chunks_published = 0
@@ -284,6 +293,7 @@ class EngineNode(Node):
         self.create_subscription(String, topics.INSTRUCTION, self._on_instruction, latched)
         self.create_subscription(String, topics.COMPUTE_MODE, self._on_compute_mode, 10)
         self.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
+        self.create_subscription(String, topics.EPISODE, self._on_episode, latched)
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
@@ -331,6 +341,7 @@ class EngineNode(Node):
             preset=self.preset,
             device=self.device,
             seed=self.seed,
+            threads=self.threads,
             noise_scale=self.noise_scale,
         )
 
@@ -365,7 +376,8 @@ class EngineNode(Node):
         self.get_logger().info(
             f"engine ready: {self.backend} policy, cameras "
             f"{dict(zip(names, [c.name for c in spec.cameras], strict=True))}, H={spec.chunk_len}, "
-            f"dt={spec.dt}, columns {self.mapping.joint_names}, run_mode {self.run_mode}"
+            f"dt={spec.dt}, columns {self.mapping.joint_names}, run_mode {self.run_mode}, "
+            f"{self.threads} CPU thread(s)"
         )
         self._wake.set()
         return True
@@ -416,6 +428,16 @@ class EngineNode(Node):
             return
         with self._lock:
             self._mode = mode
+
+    def _on_episode(self, msg: String) -> None:
+        try:
+            start = float(json.loads(msg.data)["stamp"])
+        except (ValueError, KeyError, TypeError):
+            self._fail("input", f"episode message rejected: {msg.data[:200]!r}")
+            return
+        with self._lock:
+            self._episode_start = start
+            self._pending_request = None  # asked for by the previous episode's plan
 
     def _on_request(self, msg: JointTrajectory) -> None:
         with self._lock:
@@ -483,6 +505,11 @@ class EngineNode(Node):
             self._fail("output", f"non-finite actions at steps {np.flatnonzero(bad).tolist()}")
             return False
         positions = self.mapping.to_positions(actions, observation.state, spec)
+        injected_ms = 0.0
+        if self.injected_delay.active:
+            injected_ms = 1e3 * self.injected_delay.sample(self._delay_rng)
+            if self._stop.wait(injected_ms / 1e3):
+                return False
         request_id = request.header.frame_id if request is not None else ""
         self._chunk_pub.publish(self._trajectory(positions, frame_stamp, spec.dt, request_id))
         self._last_used_stamp = observation.stamp
@@ -496,6 +523,7 @@ class EngineNode(Node):
             **{f"{stage}_ms": float(ms) for stage, ms in chunk.timings_ms.items()},
             **{f"{name}_age_ms": age * 1e3 for name, age in ages.items()},
             "guided_steps": 0 if plan is None else len(plan),
+            "injected_delay_ms": injected_ms,
             **{k: float(v) for k, v in chunk.info.items()},
         }
         self._publish_stats(OK, f"chunk {self.chunks_published}", chunk.mode, values)
@@ -516,6 +544,10 @@ class EngineNode(Node):
                 if c.name in missing
             ]
             raise SyncError(f"no image yet from camera(s) {missing} ({', '.join(topics_missing)})")
+        episode_start = self._episode_start
+        old = [n for n, f in frames.items() if stamp_seconds(f.stamp) < episode_start]
+        if old:
+            raise SyncError(f"waiting for frames of the new episode from camera(s) {old}")
         ages = {name: now - stamp_seconds(frame.stamp) for name, frame in frames.items()}
         stale = {name: age for name, age in ages.items() if age > self.max_image_age_s}
         if stale:
@@ -524,6 +556,8 @@ class EngineNode(Node):
         if joint_state is None:
             raise SyncError(f"no joint state received on {topics.JOINT_STATES}")
         state_stamp = stamp_seconds(joint_state.header.stamp) or received  # unstamped: receipt
+        if state_stamp < episode_start:
+            raise SyncError("waiting for a joint state of the new episode")
         ages["state"] = now - state_stamp
         if ages["state"] > self.max_state_age_s:
             raise SyncError(

@@ -20,6 +20,8 @@ import math
 import sys
 import threading
 import time
+from collections import deque
+from dataclasses import replace
 
 import numpy as np
 from builtin_interfaces.msg import Duration
@@ -110,6 +112,10 @@ class SafetyNode(Node):
         self._scene_qpos: np.ndarray | None = None
         self._scene_state_rejected, self._scene_state_reported = 0, -math.inf
         self._state: tuple[np.ndarray, np.ndarray, float] | None = None  # q, dq, stamp
+        # Recent (stamp, q): where the arm was when a chunk's images were taken.
+        self._history: deque[tuple[float, np.ndarray]] = deque(maxlen=1000)
+        self.hold_tolerance = float(param("hold_tolerance", 0.005).value)  # rad
+        self._episode_start = -math.inf
 
         controllers = self.robot.controllers
         self.command_interface = param("command_interface", "forward_position").value
@@ -141,12 +147,15 @@ class SafetyNode(Node):
         sub(JointState, self.robot.state_topic, self._on_state, qos_profile_sensor_data)
         sub(Bool, topics.ESTOP, self._on_estop, 10)
         sub(Empty, ESTOP_RESET, self._on_reset, 10)
+        sub(String, topics.EPISODE, self._on_episode, LATCHED)
         if self.consequence_mode != "off":
             sub(String, topics.SIM_SCENE_XML, self._on_scene_xml, LATCHED)
             sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE_QOS)
         self.add_on_set_parameters_callback(self._on_parameters)
 
         self._chunks_received = 0
+        self._last_tick = -math.inf
+        self.ticks_skipped = 0
         self._pending: tuple[int, JointTrajectory, float] | None = None
         self._wake = threading.Condition()
         self._running = True
@@ -177,9 +186,12 @@ class SafetyNode(Node):
             self._publish_events([{"event": "state_rejected", "reason": "malformed joint state"}])
             return
         stamp = _seconds(msg.header.stamp)
+        if stamp < self._episode_start:  # measured before the reset: not the arm of now
+            return
         self.gate.update_state(q, stamp)
-        if np.isfinite(q).all():
+        if np.isfinite(q).all() and np.isfinite(dq).all():
             self._state = (q, dq, stamp)
+            self._history.append((stamp, q))
 
     def _on_command(self, msg: JointState) -> None:
         now = self._now()
@@ -199,6 +211,22 @@ class SafetyNode(Node):
 
     def _on_reset(self, _msg: Empty) -> None:
         self.gate.reset(self._now())
+
+    def _on_episode(self, msg: String) -> None:
+        try:
+            start = float(json.loads(msg.data)["stamp"])
+        except (ValueError, KeyError, TypeError):
+            self._publish_events([{"event": "episode_rejected", "reason": msg.data[:200]}])
+            return
+        with self._wake:
+            superseded, self._pending = self._pending, None
+            self._episode_start = start
+            self._state = None
+            self._history.clear()
+            self.gate.new_episode(self._now())
+        if superseded is not None:
+            verdict = Verdict(STALE, ("from the previous episode",))
+            self._report(superseded[0], superseded[1], verdict, 0.0)
 
     def _on_parameters(self, params) -> SetParametersResult:
         for p in params:
@@ -235,6 +263,15 @@ class SafetyNode(Node):
     def _tick(self) -> None:
         if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down between callbacks
             return
+        # A starved process fires its missed timer periods back to back: the gate steps one
+        # period per output, so outputs closer together (in wall time: when they reach the
+        # arm) than half a period would move it faster than the limits the gate enforces. Skip
+        # them; the arm lags instead.
+        wall = time.monotonic()
+        if wall - self._last_tick < 0.5 * self.gate.config.period:
+            self.ticks_skipped += 1
+            return
+        self._last_tick = wall
         out = self.gate.tick(self._now())
         if out.arm is not None:
             self._arm_pub.publish(self._arm_message(out.arm))
@@ -298,17 +335,29 @@ class SafetyNode(Node):
             tuple(tuple(p.positions) for p in msg.points),
         )
         now = self._now()
+        if chunk.stamp < self._episode_start:
+            return Verdict(STALE, ("observed before the episode started",))
         state = self._state
         q, dq, stamp = state if state is not None else (None, None, None)
-        verdict = self.checker.check(chunk, now, q, stamp)
+        verdict = self.checker.check(chunk, now, q, stamp, self._held_since(chunk.stamp))
         if verdict.executable and self._consequence is not None and self._scene_qpos is not None:
             verdict = self._rollout(verdict, chunk, now, dq)
         return verdict
 
+    def _held_since(self, stamp: float) -> bool:
+        """Whether the arm has stood still (within hold_tolerance) from `stamp` until now."""
+        history = list(self._history)
+        if not history or history[0][0] > stamp:
+            return False
+        since = [q for t, q in history if t >= stamp] or [history[-1][1]]
+        before = next(q for t, q in reversed(history) if t <= stamp)
+        spread = np.abs(np.asarray([before, *since]) - before).max()
+        return bool(spread <= self.hold_tolerance)
+
     def _rollout(self, verdict: Verdict, chunk: Chunk, now: float, dq) -> Verdict:
         names = list(chunk.joint_names)
         arm = verdict.positions[:, [names.index(j) for j in self.robot.joints]]
-        ahead = chunk.stamp + verdict.times - now
+        ahead = verdict.stamp + verdict.times - now
         live = ahead > 0.0
         widths = None
         if self._gripper_joint in names:
@@ -318,8 +367,7 @@ class SafetyNode(Node):
         numbers = {f"rollout_{k}": v for k, v in result.numbers.items()}
         numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
         if result.safe:
-            return Verdict(verdict.decision, verdict.reasons, {**verdict.numbers, **numbers},
-                           verdict.times, verdict.positions)  # fmt: skip
+            return replace(verdict, numbers={**verdict.numbers, **numbers})
         return verdict.vetoed("consequence: " + "; ".join(result.hazards), **numbers)
 
     def _report(self, chunk_id: int, msg, verdict: Verdict, check_ms: float) -> None:
@@ -334,6 +382,9 @@ class SafetyNode(Node):
 
     def _checked_message(self, msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
         out = JointTrajectory(header=msg.header, joint_names=list(msg.joint_names))
+        if verdict.stamp is not None and verdict.stamp != _seconds(msg.header.stamp):
+            sec, nanosec = divmod(round(verdict.stamp * 1e9), 10**9)  # re-timed
+            out.header.stamp.sec, out.header.stamp.nanosec = sec, nanosec
         for t, row in zip(verdict.times, verdict.positions, strict=True):
             sec, nanosec = divmod(round(float(t) * 1e9), 10**9)
             out.points.append(

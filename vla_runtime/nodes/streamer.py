@@ -29,6 +29,7 @@ each with a (throttled) warning.
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import sys
 import threading
@@ -38,10 +39,10 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.duration import Duration
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64
+from std_msgs.msg import Float64, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
@@ -145,6 +146,8 @@ class StreamerNode(Node):
         self._speed: float | None = None  # latest valid speed fraction (None: none yet)
         self._speed_at: float | None = None  # time.monotonic() of that reading
         self._speed_rejected = 0
+        self._episode = 0  # episodes announced on /vla/episode so far
+        self._episode_start = -math.inf  # joint states and chunks before it are the old scene
 
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
@@ -155,6 +158,12 @@ class StreamerNode(Node):
         )
         if self.speed_scaling_topic:
             self.create_subscription(Float64, self.speed_scaling_topic, self._on_speed_scaling, 10)
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.create_subscription(String, topics.EPISODE, self._on_episode, latched)
         self.create_timer(stats_period_s, self.publish_stats)
 
         self._stop = threading.Event()
@@ -260,7 +269,25 @@ class StreamerNode(Node):
                 else f"speed scaling {fraction:.0%}: plan resumed"
             )  # fmt: skip
 
+    def _on_episode(self, msg: String) -> None:
+        """A new episode: publish the last one's figures, then start again from the first
+        joint state measured after the reset (the arm was moved by the reset, not by us)."""
+        try:
+            start = float(json.loads(msg.data)["stamp"])
+        except (ValueError, KeyError, TypeError):
+            self._warn(f"episode message rejected: {msg.data[:200]!r}")
+            return
+        if self.streamer is not None:
+            self.publish_stats()
+        with self._lock:
+            self._episode += 1
+            self._episode_start = start
+            self.streamer = None
+        self.get_logger().info(f"episode {self._episode} from t={start:.3f}: restarting")
+
     def _on_joint_state(self, msg: JointState) -> None:
+        if stamp_seconds(msg.header.stamp) < self._episode_start:
+            return  # measured before the reset
         index = {name: i for i, name in enumerate(msg.name)}
         if self.streamer is not None:
             # Commands follow the plan open loop; only a held command is brought to the arm.
@@ -305,7 +332,10 @@ class StreamerNode(Node):
         if self.streamer is None:
             self._warn("chunk before the first joint state: ignored")
             return
-        parsed = self._parse_chunk(msg)
+        if stamp_seconds(msg.header.stamp) < self._episode_start:
+            parsed = "observed before the episode started"
+        else:
+            parsed = self._parse_chunk(msg)
         if isinstance(parsed, str):
             with self._lock:
                 self.streamer.counters.chunks_rejected += 1
@@ -366,6 +396,7 @@ class StreamerNode(Node):
             jitter_ms_max=jitter["max"],
             overruns=self.overruns,
             started=self.streamer is not None,
+            episode=self._episode,
         )
         return values
 

@@ -1,23 +1,38 @@
-"""Sim driver running one task of the suite (`python -m vla_runtime.nodes.task_driver`).
+"""Sim driver running one task of the suite (`vla-task-driver`, the sim stack's driver).
 
-The plain sim driver plus: parameter `task` (reach, push, pick, dynamic_reach) selects the
-`TaskSimulator` (zone marker, seeded layouts, the sliding cube); setting the parameter
-`episode_seed` starts a new episode (home pose, open gripper, the task's layout for that seed)
-without resetting sim time or republishing the scene, so /clock stays monotonic and cameras
-keep their renderers. Setting a parameter is a service call: once it returns, the episode is
-reset, which orders resets before the next /sim/step.
+The plain sim driver plus: parameter `task` (reach, push, pick, dynamic_reach; empty = the plain
+scene of the sim driver) selects the `TaskSimulator` (zone marker, seeded layouts, the sliding
+cube); setting the parameter `episode_seed` starts a new episode (home pose, open gripper, the
+task's layout for that seed, a latched arm fault cleared) without resetting sim time or
+republishing the scene, so /clock stays monotonic and cameras keep their renderers. Setting a
+parameter is a service call: once it returns, the episode is reset, which orders resets before
+the next /sim/step. Each episode start is announced on /vla/episode and its instruction on
+/vla/instruction (both latched), so a policy stack needs nothing else to run the task.
+
+A reset moves the arm home under the feet of whatever was streaming to it: forward position
+commands still in flight aim at the old pose. Like a real controller that only starts from the
+current state, the driver ignores (and reports) forward commands farther than
+`REARM_TOLERANCE` from the new setpoint until one agrees with it, instead of judging that
+stale stream as a velocity violation.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
+import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
 
-from vla_runtime.drivers.sim.node import SimDriverNode
+from vla_runtime.core import topics
+from vla_runtime.drivers.sim.node import LATCHED, SimDriverNode
 from vla_runtime.nodes.runtime import run_node
 from vla_runtime.sim.tasks import TASKS, TaskSimulator
+
+REARM_TOLERANCE = 0.05  # rad, the safety gate's start tolerance
 
 
 class TaskSimDriverNode(SimDriverNode):
@@ -25,9 +40,17 @@ class TaskSimDriverNode(SimDriverNode):
         self._task_ready = False  # declarations also pass through _on_parameters
         super().__init__(name)
         task = self.declare_parameter("task", "reach").value
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if task and task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS} (or empty), got {task!r}")
         self.declare_parameter("episode_seed", int(self.get_parameter("seed").value))
+        self.task = task
+        self._episode = 0
+        self._rearm_pending = False
+        self._ignored = 0
+        if not task:  # the plain scene: nothing to add
+            return
+        self._episode_pub = self.create_publisher(String, topics.EPISODE, LATCHED)
+        self._instruction_pub = self.create_publisher(String, topics.INSTRUCTION, LATCHED)
         # The base class built a plain Simulator; swap in the task's (same joints, same qpos
         # layout for the robot) before any step matters, keeping sim time monotonic.
         with self._lock:
@@ -39,7 +62,59 @@ class TaskSimDriverNode(SimDriverNode):
         self._task_ready = True
         self._publish_xml()
         self._publish_all()
+        self._announce(seed)
         self.get_logger().info(f"task {task}: {sim.setup.instruction!r}")
+
+    def _announce(self, seed: int) -> None:
+        setup = self.sim.setup
+        self._episode += 1
+        episode = {
+            "episode": self._episode,
+            "seed": int(seed),
+            "task": self.task,
+            "instruction": setup.instruction,
+            "stamp": self.sim.time,
+        }
+        self._instruction_pub.publish(String(data=setup.instruction))
+        self._episode_pub.publish(String(data=json.dumps(episode)))
+
+    def _from_before_reset(self, arm, topic: str) -> bool:
+        """While re-arming after a reset: whether `arm` (a commanded target) is far from the
+        new setpoint, i.e. meant for the old pose (then ignored and reported)."""
+        if not self._rearm_pending:
+            return False
+        with self._lock:
+            setpoint = self.sim.setpoint
+        arm = np.asarray(arm, dtype=float)
+        if arm.shape != setpoint.shape or np.abs(arm - setpoint).max() <= REARM_TOLERANCE:
+            self._rearm_pending = False  # malformed ones are judged (and refused) as usual
+            return False
+        self._ignored += 1
+        if self._ignored == 1 or self._ignored % 250 == 0:
+            event = {
+                "event": "ignored",
+                "topic": topic,
+                "count": self._ignored,
+                "reason": "command from before the episode reset",
+                "stamp": self.sim.time,
+            }
+            self._event_pub.publish(String(data=json.dumps(event)))  # fmt: skip
+        return True
+
+    def _on_forward(self, msg: Float64MultiArray) -> None:
+        if not self._from_before_reset(msg.data, "forward"):
+            super()._on_forward(msg)
+
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        arm_joints = self.sim.robot.joints
+        names = list(msg.joint_names)
+        target = None
+        if msg.points and all(j in names for j in arm_joints):
+            last = msg.points[-1].positions
+            if len(last) == len(names):
+                target = [last[names.index(j)] for j in arm_joints]
+        if target is None or not self._from_before_reset(target, "trajectory"):
+            super()._on_trajectory(msg)
 
     def _on_parameters(self, params: list[Parameter]) -> SetParametersResult:
         if not self._task_ready:
@@ -51,7 +126,9 @@ class TaskSimDriverNode(SimDriverNode):
                     return SetParametersResult(successful=False, reason="episode_seed: integer")
                 with self._lock:
                     self.sim.randomize(param.value)
+                    self._rearm_pending = True
                 self._publish_all()
+                self._announce(param.value)
             elif param.name == "task":
                 return SetParametersResult(successful=False, reason="task is fixed at start-up")
             else:

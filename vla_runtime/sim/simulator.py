@@ -4,6 +4,13 @@ The arm follows a setpoint through the model's position actuators. The setpoint 
 active trajectory (sampled every 1 ms physics step), from the last forward position command, or
 is held. A rejected command returns its reason and freezes the setpoint where it is, stopping any
 trajectory in progress. Not thread-safe: callers serialise access (the driver node holds a lock).
+
+Like the real arm, the simulator refuses motion beyond the robot's joint velocity and
+acceleration limits (`core.motion_limits`): a trajectory whose setpoint would move too fast or
+accelerate too hard, or a forward position step implying too high a velocity, trips a reflex
+(libfranka's `joint_velocity_violation` / `joint_acceleration_violation` on Franka arms, a
+`protective_stop` on UR arms). The reflex is latched in `fault`: the arm holds its setpoint and
+every arm or gripper command is refused, naming the fault, until `recover()` (or a reset).
 """
 
 from __future__ import annotations
@@ -13,6 +20,12 @@ import math
 import mujoco
 import numpy as np
 
+from vla_runtime.core.motion_limits import (
+    FIRST_STEP_DT_S,
+    ForwardStream,
+    forward_step_violation,
+    trajectory_violation,
+)
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.trajectory import (
     TrajectoryRejected,
@@ -24,6 +37,7 @@ from vla_runtime.sim.scene import SceneConfig, build_scene, cube_names, cube_pos
 
 GRIPPER_ACTUATOR = "hand"
 MODEL_FINGER_JOINTS = ("finger_joint1", "finger_joint2")
+SAMPLE_BLOCK = 20_000  # physics steps of a trajectory limit-checked at once
 
 
 class Simulator:
@@ -57,6 +71,8 @@ class Simulator:
         self._trajectory_joints = (*self.robot.joints, self.robot.gripper_joints[0])
         self._lower = (*self.robot.position_min, 0.0)
         self._upper = (*self.robot.position_max, self.max_width / 2)
+        self._velocity_limits = self.robot.velocity
+        self._acceleration_limits = self.robot.acceleration
         self._home_key = model.key("home").id
         self._seed = config.seed
         self.reset()
@@ -143,7 +159,11 @@ class Simulator:
     ) -> str | None:
         """Follow a JointTrajectory (times = time_from_start in s; start_time 0 means now).
 
-        Returns None when accepted, else the reason (and the sim holds)."""
+        Returns None when accepted, else the reason (and the sim holds). A trajectory whose
+        setpoint would exceed the joint velocity or acceleration limits trips the reflex."""
+        reason = self.refusal()
+        if reason is not None:
+            return reason
         reason = validate_trajectory(
             names, positions, velocities, accelerations, times,
             self.robot.joints, self._trajectory_joints[-1:], self._lower, self._upper,
@@ -175,12 +195,24 @@ class Simulator:
         except TrajectoryRejected as exc:
             self.hold()
             return str(exc)
+        violation = self._trajectory_violation(sampler, now, p[: self.robot.dof])
+        if violation is not None:
+            return self._trip(violation.reason(self.robot.name))
         self._sampler = sampler
         self._sampler_has_finger = with_finger
+        self._forward.reset()  # the trajectory took over: a later forward command starts anew
         return None
 
     def set_forward_positions(self, positions) -> str | None:
-        """Forward position controller command: one position per arm joint."""
+        """Forward position controller command: one position per arm joint.
+
+        A step implying a velocity beyond the joint limits trips the reflex. The step goes from
+        the setpoint now (the previous forward command while a stream runs) and is judged over
+        `ForwardStream`'s effective interval: the arrival interval in sim time clamped around
+        the stream's typical one, or FIRST_STEP_DT_S for a stream's first command."""
+        reason = self.refusal()
+        if reason is not None:
+            return reason
         values = list(positions)
         if len(values) != self.robot.dof:
             reason = f"{len(values)} positions for {self.robot.dof} arm joints"
@@ -204,11 +236,28 @@ class Simulator:
         if reason is not None:
             self.hold()
             return reason
-        self._freeze(np.asarray(values, dtype=float))
+        target = np.asarray(values, dtype=float)
+        now = self.time
+        dt = self._forward.interval(now)
+        dt = FIRST_STEP_DT_S if dt is None else dt
+        violation = forward_step_violation(
+            self.robot.joints, self.setpoint, target, dt, self._velocity_limits
+        )
+        if violation is not None:
+            step = float(np.abs(target - self.setpoint).max())
+            return self._trip(
+                f"{violation.reason(self.robot.name)}; forward step {step:.4f} rad "
+                f"judged over {1e3 * dt:.1f} ms"
+            )
+        self._forward.accepted(now)
+        self._freeze(target)
         return None
 
     def set_gripper(self, width: float) -> str | None:
         """Gripper opening in metres (0 closed .. max width)."""
+        reason = self.refusal()
+        if reason is not None:
+            return reason
         try:
             width = float(width)
         except (TypeError, ValueError):
@@ -229,6 +278,19 @@ class Simulator:
         """Freeze the setpoint where it is now; any trajectory in progress stops."""
         self._freeze(self._setpoint_now()[0])
 
+    def refusal(self) -> str | None:
+        """Why any command is refused now: the latched fault (the arm already holds), or None."""
+        if self.fault is None:
+            return None
+        return f"{self.fault} [fault latched: command refused until recovery]"
+
+    def recover(self) -> str | None:
+        """Error recovery: clear the latched fault (returned; None when there was none). The arm
+        keeps holding; the next forward command starts a new stream."""
+        fault, self.fault = self.fault, None
+        self._forward.reset()
+        return fault
+
     def randomize(self, seed: int) -> None:
         """Re-place the cubes at the seeded random poses (robot untouched)."""
         self._seed = seed
@@ -247,9 +309,37 @@ class Simulator:
         self._sampler: TrajectorySampler | None = None
         self._sampler_has_finger = False
         self._hold_positions = home
+        self.fault: str | None = None  # the latched reflex, until recover() or a reset
+        self._forward = ForwardStream(min_dt=self.dt)
         mujoco.mj_forward(self.model, self.data)
 
     # -- internals ---------------------------------------------------------------------------
+    def _trip(self, reason: str) -> str:
+        """Latch the reflex `reason` and stop the arm where its setpoint is."""
+        self.fault = reason
+        self.hold()
+        return reason
+
+    def _trajectory_violation(self, sampler: TrajectorySampler, now: float, start_positions):
+        """Worst limit violation of the arm setpoint `sampler` would command from `now` (when
+        the setpoint is `start_positions`) to its end, sampled every physics step as `step`
+        follows it, or None."""
+        dof, dt = self.robot.dof, self.dt
+        n = max(1, math.ceil((sampler.end_time - now) / dt - 1e-9))
+        previous, since = np.asarray(start_positions, dtype=float), now
+        for first in range(0, n + 1, SAMPLE_BLOCK):  # blocks bound the memory of long ones
+            times = now + dt * np.arange(first, min(first + SAMPLE_BLOCK, n + 1))
+            p, v, a = sampler.sample_many(times)
+            moved = times > since  # (the first block's sample at `now` has no step before it)
+            violation = trajectory_violation(
+                self.robot.joints, times[moved], p[moved, :dof], v[:, :dof], a[:, :dof],
+                previous, since, self._velocity_limits, self._acceleration_limits,
+            )  # fmt: skip
+            if violation is not None:
+                return violation
+            previous, since = p[-1, :dof], float(times[-1])
+        return None
+
     def _place_cubes(self, seed: int) -> None:
         poses = cube_poses(len(self._cube_qpos), seed, self.config.cube_size)
         for qadr, vadr, (pos, quat) in zip(self._cube_qpos, self._cube_qvel, poses, strict=True):

@@ -30,8 +30,17 @@ class ChunkCheckConfig:
     max_state_age: float = 0.2  # s: an older joint state means the arm's position is unknown
     continuity_tolerance: float = 0.05  # rad on top of what max velocity allows until the start
     max_time_scale: float = 3.0  # slowing down more than this is a veto, not a clip
+    # Chunks are slowed to this fraction of the joint velocity and acceleration limits: motion
+    # planned at the limit trips the arm's reflexes on the first late or early command.
+    limit_fraction: float = 0.7
     min_points: int = 2  # a truncated chunk must keep at least this many points
     max_points: int = 1000
+    # A chunk observed while the arm stood still, whose first actions the arm never followed,
+    # starts late instead of skipping them: when its first action is more than `retime_lead`
+    # s past, its time axis is shifted so that the first action comes `retime_lead` s from now
+    # (what a sync executor does with every chunk).
+    retime_held: bool = True
+    retime_lead: float = 0.02
     tcp_speed: float | None = None  # m/s; None: the robot's `tcp_speed`
     workcell: Workcell = field(default_factory=Workcell)
 
@@ -51,6 +60,7 @@ class Verdict:
     numbers: dict = field(default_factory=dict)
     times: np.ndarray | None = None  # the chunk to execute (accept/clip), else None
     positions: np.ndarray | None = None
+    stamp: float | None = None  # the stamp `times` count from (moved when re-timed)
 
     @property
     def executable(self) -> bool:
@@ -88,8 +98,13 @@ class ChunkChecker:
         margin = robot.position_margin
         self.lower = np.asarray(robot.position_min) + margin
         self.upper = np.asarray(robot.position_max) - margin
+        if not 0.0 < config.limit_fraction <= 1.0:
+            raise ValueError(f"limit_fraction must be in (0, 1], got {config.limit_fraction}")
         self.velocity = np.asarray(robot.velocity)
         self.acceleration = np.asarray(robot.acceleration)
+        # What chunks are timed against (the continuity check uses the full velocity).
+        self.planned_velocity = config.limit_fraction * self.velocity
+        self.planned_acceleration = config.limit_fraction * self.acceleration
         self.jerk = np.asarray(robot.jerk)
         self.tcp_speed = config.tcp_speed if config.tcp_speed is not None else robot.tcp_speed
         self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else None
@@ -100,8 +115,11 @@ class ChunkChecker:
         now: float,
         state_positions,
         state_stamp: float | None,
+        held: bool = False,
     ) -> Verdict:
-        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`."""
+        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`.
+        `held`: the arm has stood still since the chunk's observation, so none of its actions
+        has run and the chunk may start late (`retime_held`) instead of joining mid-way."""
         cfg = self.config
         layout = self._layout(chunk)
         if isinstance(layout, Verdict):
@@ -131,10 +149,20 @@ class ChunkChecker:
             return _reject(VETO, "stamp lies in the future", observation_age_s=age)
         if age > cfg.max_observation_age:
             return _reject(STALE, "observation too old", observation_age_s=age)
-        live = np.nonzero(chunk.stamp + times >= now)[0]
+        stamp = chunk.stamp
+        reasons: list[str] = []
+        numbers = {"observation_age_s": age, "points": n}
+        past = now - (stamp + times[0])  # > 0: the first action's time has gone by
+        if held and cfg.retime_held and past > cfg.retime_lead:
+            late = past + cfg.retime_lead
+            stamp += late
+            numbers["retimed_s"] = late
+            reasons.append(
+                f"re-timed: the arm held since the observation, starts {late:.3f} s late"
+            )
+        live = np.nonzero(stamp + times >= now)[0]
         if len(live) == 0:
             return _reject(STALE, "every action is already past", observation_age_s=age)
-        numbers = {"observation_age_s": age, "points": n}
 
         # Continuity with the measured state: the first action still to come must be reachable
         # at maximum velocity from where the arm was measured.
@@ -146,7 +174,7 @@ class ChunkChecker:
             return _reject(VETO, "joint state too old", **numbers)
         arm = positions[:, arm_cols]
         first = live[0]
-        reach_time = max(0.0, chunk.stamp + times[first] - state_stamp)
+        reach_time = max(0.0, stamp + times[first] - state_stamp)
         jump = np.abs(arm[first] - np.asarray(state_positions, dtype=float))
         allowed = cfg.continuity_tolerance + self.velocity * reach_time
         numbers["start_jump_rad"] = float(jump.max())
@@ -158,8 +186,6 @@ class ChunkChecker:
                 f"measured state, allowed {allowed[j]:.3f}",
                 **numbers,
             )
-
-        reasons: list[str] = []
         # Space: joint limits (with margin) and Cartesian geometry; truncate before the first
         # offending point.
         bad = (arm < self.lower) | (arm > self.upper)
@@ -208,7 +234,7 @@ class ChunkChecker:
                 numbers["gripper_clamp_m"] = float(np.abs(clamped - width).max())
                 reasons.append("gripper clamped into its range")
         decision = CLIP if reasons else ACCEPT
-        return Verdict(decision, tuple(reasons), numbers, times, positions)
+        return Verdict(decision, tuple(reasons), numbers, times, positions, stamp)
 
     def _layout(self, chunk: Chunk):
         """Column of each arm joint (robot order) and of the gripper, or a veto."""
@@ -230,7 +256,7 @@ class ChunkChecker:
         if len(times) >= 2:
             dt = np.diff(times)
             velocity = np.diff(arm, axis=0) / dt[:, None]
-            ratios["velocity_ratio"] = float((np.abs(velocity) / self.velocity).max())
+            ratios["velocity_ratio"] = float((np.abs(velocity) / self.planned_velocity).max())
             if self.tcp_speed:
                 speed = np.linalg.norm(np.diff(tcp, axis=0), axis=1) / dt
                 ratios["tcp_speed_ratio"] = float(speed.max() / self.tcp_speed)
@@ -238,7 +264,9 @@ class ChunkChecker:
         if len(times) >= 3:
             mid = 0.5 * (times[1:] + times[:-1])
             acceleration = np.diff(velocity, axis=0) / np.diff(mid)[:, None]
-            ratios["acceleration_ratio"] = float((np.abs(acceleration) / self.acceleration).max())
+            ratios["acceleration_ratio"] = float(
+                (np.abs(acceleration) / self.planned_acceleration).max()
+            )
         if len(times) >= 4:
             jerk = np.diff(acceleration, axis=0) / np.diff(times[1:-1])[:, None]
             ratios["jerk_ratio"] = float((np.abs(jerk) / self.jerk).max())

@@ -138,6 +138,19 @@ class CommandGate:
             self.mode = STOPPING if self.moving else WAITING
             self._event("estop_reset", now)
 
+    def new_episode(self, now: float) -> None:
+        """The scene was reset (the arm moved by something else than this gate): forget the
+        output and the target and re-arm from the measured state, as at start-up. An e-stop
+        stays latched."""
+        if self.mode != ESTOP:
+            self.mode = WAITING
+        self.output, self.target, self._target_stamp = None, None, None
+        self.velocity[:] = 0.0
+        self.acceleration[:] = 0.0
+        self.target_velocity = np.zeros(self.robot.dof)
+        self.state, self.state_stamp = None, None
+        self._event("new_episode", now, mode=self.mode)
+
     @property
     def moving(self) -> bool:
         return bool(np.any(self.velocity != 0.0))

@@ -11,6 +11,12 @@ Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scalin
 scaled_joint_trajectory_controller, with every joint state): 100 x the `speed_scaling` parameter
 (a fraction, 1.0 by default, settable at run time to play the pendant's slider). The simulated
 arm itself is not slowed: it follows whatever it is commanded.
+
+Rejected commands go out as JSON events on /vla/driver/events (`"event": "rejected"` with the
+reason). A command beyond the joint velocity / acceleration limits trips the simulator's reflex
+instead (see `sim.simulator`): the event is `"event": "reflex"` with `"fault"`, the arm holds
+and every later command is refused (again a "reflex" event naming the fault) until a
+std_msgs/Empty on /vla/driver/recover clears it (answered by a `"recovered"` event).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64, Float64MultiArray, String, UInt32
+from std_msgs.msg import Empty, Float64, Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
@@ -124,6 +130,7 @@ class SimDriverNode(Node):
         self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
         self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
         self.create_subscription(UInt32, topics.SIM_STEP, self._on_step_request, 10)
+        self.create_subscription(Empty, topics.DRIVER_RECOVER, self._on_recover, 10)
         self.add_on_set_parameters_callback(self._on_parameters)
 
         self._pending_steps = 0
@@ -277,7 +284,9 @@ class SimDriverNode(Node):
         if len(msg.data) != 1:
             with self._lock:
                 self.sim.hold()
-            reason = f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
+                reason = self.sim.refusal() or (
+                    f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
+                )
         else:
             with self._lock:
                 reason = self.sim.set_gripper(msg.data[0])
@@ -287,8 +296,34 @@ class SimDriverNode(Node):
         if reason is None:
             return
         topic = self._topics[command]
-        self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
-        event = {"event": "rejected", "topic": topic, "reason": reason, "stamp": self.sim.time}
+        with self._lock:
+            fault, stamp = self.sim.fault, self.sim.time
+        event = {"event": "rejected", "topic": topic, "reason": reason, "stamp": stamp}
+        if fault is None:
+            self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
+        elif reason == fault:  # this command tripped the reflex
+            event.update(event="reflex", fault=fault)
+            self.get_logger().error(
+                f"reflex on {topic}: {reason}; holding until recovery "
+                f"(std_msgs/Empty on {topics.DRIVER_RECOVER})"
+            )
+        else:  # refused while the fault is latched: a stream of these must not flood the log
+            event.update(event="reflex", fault=fault)
+            self.get_logger().error(
+                f"refused command on {topic}: {fault} is latched; recover on "
+                f"{topics.DRIVER_RECOVER}",
+                throttle_duration_sec=1.0,
+            )
+        self._event_pub.publish(String(data=json.dumps(event)))
+
+    def _on_recover(self, _msg: Empty) -> None:
+        with self._lock:
+            fault, stamp = self.sim.recover(), self.sim.time
+        if fault is None:
+            self.get_logger().info("recovery requested: no fault latched")
+        else:
+            self.get_logger().info(f"recovered from {fault}; accepting commands again")
+        event = {"event": "recovered", "fault": fault, "stamp": stamp}
         self._event_pub.publish(String(data=json.dumps(event)))
 
     def _on_step_request(self, msg: UInt32) -> None:

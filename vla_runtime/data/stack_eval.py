@@ -1,0 +1,571 @@
+"""`vla-runtime eval --via stack` (the default): episodes through the product path, in real time.
+
+The stack is exactly the one `vla-runtime launch sim policy:=true task:=T` starts (same stack
+file, same node start-up as the launcher): task sim driver at real-time factor 1, sim cameras,
+engine, safety, streamer (async by default, `--mode sync` for the baseline) and the scheduler
+when asked. The harness never touches chunks or commands. It only
+
+- starts an episode: sets the driver's `episode_seed` (home pose, the task's layout; the driver
+  announces it on /vla/episode and publishes its instruction, and the nodes start again from
+  the measured state),
+- judges success from /sim/scene_state (the simulator's privileged state, as `collect` does),
+- counts what the stack reports: chunk verdicts (/vla/safety/events), engine stats, streamer
+  stats (/vla/streamer/stats, published at each episode boundary) and driver events.
+
+Each finished episode is appended to a JSONL file at once. An episode whose clock stalls or
+whose stack dies is recorded with the reason, the stack is restarted and the evaluation goes
+on; `--resume` skips the seeds already in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vla_runtime.core import topics
+from vla_runtime.core.isolation import claim_domain
+from vla_runtime.core.stack import Stack, resolve_stack
+from vla_runtime.sim.tasks import CONTROL_DT, SceneReader, is_success, make_setup, scene_colours
+
+STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of a fresh stack
+STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
+STATS_WAIT_S = 5.0  # wall s for the streamer's end-of-episode figures
+VERDICTS = ("accept", "clip", "veto", "stale")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its numbers and joint names: what vetoes are counted by."""
+    kind = reason.split(":")[0]
+    kind = re.sub(r"\s+(fr3_|panda_|ur_|shoulder|elbow|wrist)\S*.*$", "", kind)
+    return re.sub(r"\s*[\d.]+.*$", "", kind).strip() or reason[:40]
+
+
+@dataclass
+class EpisodeRecord:
+    seed: int
+    outcome: str  # success | timeout | stalled | stack_died
+    success: bool
+    time_to_success_s: float | None
+    sim_s: float
+    wall_s: float
+    reason: str = ""
+    verdicts: dict = field(default_factory=dict)
+    vetoes_by_reason: dict = field(default_factory=dict)
+    retimed: int = 0
+    engine_infer_ms: list = field(default_factory=list)
+    capture_to_chunk_ms: list = field(default_factory=list)
+    camera_age_ms: list = field(default_factory=list)
+    check_ms: list = field(default_factory=list)
+    engine_errors: int = 0
+    streamer: dict = field(default_factory=dict)
+    driver_events: dict = field(default_factory=dict)
+    driver_faults: list = field(default_factory=list)  # the first distinct reasons
+
+
+def _percentiles(values) -> dict:
+    if not len(values):
+        return {"p50": None, "p99": None, "n": 0}
+    return {
+        "p50": float(np.percentile(values, 50)),
+        "p99": float(np.percentile(values, 99)),
+        "n": len(values),
+    }
+
+
+def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
+    n = len(records)
+    verdicts = {v: sum(r.verdicts.get(v, 0) for r in records) for v in VERDICTS}
+    chunks = sum(verdicts.values())
+    vetoes: dict[str, int] = {}
+    for r in records:
+        for kind, count in r.vetoes_by_reason.items():
+            vetoes[kind] = vetoes.get(kind, 0) + count
+    times = [r.time_to_success_s for r in records if r.success]
+    streamer = [r.streamer for r in records if r.streamer]
+
+    def total(key):
+        return sum(int(float(s.get(key) or 0)) for s in streamer)
+
+    period = 1.0 / float(streamer[0].get("control_rate_hz") or 250.0) if streamer else 0.004
+    sim_s = sum(r.sim_s for r in records)
+    infer = [x for r in records for x in r.engine_infer_ms]
+    return {
+        "task": task,
+        "via": "stack",
+        "episodes": n,
+        "success_rate": sum(r.success for r in records) / n if n else None,
+        "successes": sum(r.success for r in records),
+        "time_to_success_s": {
+            "mean": float(np.mean(times)) if times else None,
+            "p50": float(np.percentile(times, 50)) if times else None,
+            "p95": float(np.percentile(times, 95)) if times else None,
+        },
+        "chunks": chunks,
+        "verdicts": verdicts,
+        "veto_rate": verdicts["veto"] / chunks if chunks else None,
+        "vetoes_by_reason": dict(sorted(vetoes.items(), key=lambda kv: -kv[1])),
+        "retimed_chunks": sum(r.retimed for r in records),
+        "stale_executed": total("stale_executed"),
+        "stale_dropped": total("stale_dropped"),
+        "executed_actions": total("executed_actions"),
+        "hold_s": total("empty_plan_ticks") * period,
+        "engine_latency_ms": _percentiles(infer),
+        "engine_errors": sum(r.engine_errors for r in records),
+        "inference_rate_hz": len(infer) / sim_s if sim_s else None,
+        "latency_chain_ms": {
+            "camera_age": _percentiles([x for r in records for x in r.camera_age_ms]),
+            "engine_infer": _percentiles(infer),
+            "capture_to_chunk": _percentiles([x for r in records for x in r.capture_to_chunk_ms]),
+            "safety_check": _percentiles([x for r in records for x in r.check_ms]),
+            "request_to_chunk": {
+                "p50": _median([s.get("delay_ms_p50") for s in streamer]),
+            },
+        },
+        "driver_events": _merge_counts(r.driver_events for r in records),
+        "incidents": [
+            {"seed": r.seed, "outcome": r.outcome, "reason": r.reason}
+            for r in records
+            if r.outcome in ("stalled", "stack_died")
+        ],
+        "failed_seeds": [r.seed for r in records if not r.success],
+        **settings,
+    }
+
+
+def _median(values):
+    values = [float(v) for v in values if v not in (None, "")]
+    return float(np.median(values)) if values else None
+
+
+def _merge_counts(dicts) -> dict:
+    merged: dict[str, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            merged[k] = merged.get(k, 0) + v
+    return merged
+
+
+class StackHarness:
+    """The stack's processes (started as the launcher starts them) and an observer node."""
+
+    def __init__(self, stack: Stack, record_motion: bool = False, echo: bool = False):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import (
+            DurabilityPolicy,
+            QoSProfile,
+            ReliabilityPolicy,
+            qos_profile_sensor_data,
+        )
+        from rclpy.signals import SignalHandlerOptions
+
+        from vla_runtime.launcher import start_node
+
+        self.stack = stack
+        self.claim = claim_domain()
+        env = self.claim.env()
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("MUJOCO_GL", "egl")
+        env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"vla_eval_{stack.name}_")
+        self.procs = []
+        try:
+            for spec in stack.nodes:
+                self.procs.append(start_node(spec, env, Path(self._tmp.name), echo))
+            self.context = Context()
+            rclpy.init(
+                context=self.context,
+                domain_id=self.claim.domain_id,
+                signal_handler_options=SignalHandlerOptions.NO,
+            )
+            self.node = rclpy.create_node("vla_eval", context=self.context)
+            self.executor = SingleThreadedExecutor(context=self.context)
+            self.executor.add_node(self.node)
+        except BaseException:
+            self.close()
+            raise
+        from diagnostic_msgs.msg import DiagnosticArray
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray, String
+
+        latched = QoSProfile(
+            depth=5,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.scene: tuple[float, np.ndarray] | None = None
+        self.episodes: list[dict] = []
+        self.safety_events: list[dict] = []
+        self.driver_events: list[dict] = []
+        self.engine_stats: list[tuple[float, int, dict]] = []  # (stamp, level, values)
+        self.streamer_stats: list[tuple[float, dict]] = []
+        self.motion: list[tuple[str, float, list]] = []  # ("state"|"command", t, arm)
+        sub = self.node.create_subscription
+        sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene, qos_profile_sensor_data)
+        sub(String, topics.EPISODE, lambda m: self.episodes.append(json.loads(m.data)), latched)
+        sub(String, topics.SAFETY_EVENTS, lambda m: self._event(self.safety_events, m), 500)
+        sub(String, topics.DRIVER_EVENTS, lambda m: self._event(self.driver_events, m), 100)
+        sub(DiagnosticArray, topics.ENGINE_STATS, self._on_engine_stats, 50)
+        sub(DiagnosticArray, topics.STREAMER_STATS, self._on_streamer_stats, 50)
+        if record_motion:
+            self._arm = list(stack_robot(stack).joints)
+            sub(JointState, topics.JOINT_STATES, lambda m: self._on_motion("state", m), 50)
+            sub(JointState, topics.COMMAND, lambda m: self._on_motion("command", m), 50)
+
+    # -- subscriptions ---------------------------------------------------------------------
+    def _on_scene(self, msg) -> None:
+        values = np.asarray(msg.data)
+        self.scene = (float(values[0]), values[1:])
+
+    @staticmethod
+    def _event(events: list, msg) -> None:
+        try:
+            events.append(json.loads(msg.data))
+        except ValueError:
+            events.append({"event": "malformed", "text": msg.data[:200]})
+
+    def _on_engine_stats(self, array) -> None:
+        stamp = array.header.stamp.sec + array.header.stamp.nanosec * 1e-9
+        for status in array.status:
+            values = {kv.key: kv.value for kv in status.values}
+            level = status.level  # a byte field: bytes of length 1 in rclpy
+            level = level[0] if isinstance(level, bytes | bytearray) else int(level)
+            self.engine_stats.append((stamp, level, values))
+
+    def _on_streamer_stats(self, array) -> None:
+        stamp = array.header.stamp.sec + array.header.stamp.nanosec * 1e-9
+        for status in array.status:
+            self.streamer_stats.append((stamp, {kv.key: kv.value for kv in status.values}))
+
+    def _on_motion(self, kind: str, msg) -> None:
+        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        if kind == "state" and self.motion and t - self.motion[-1][1] < 0.02:
+            return  # 50 Hz is plenty for a plot
+        index = {n: i for i, n in enumerate(msg.name)}
+        if all(j in index for j in self._arm):
+            self.motion.append((kind, t, [msg.position[index[j]] for j in self._arm]))
+
+    # -- control ---------------------------------------------------------------------------
+    def dead_node(self) -> str | None:
+        for p in self.procs:
+            if p.popen.poll() is not None:
+                tail = " | ".join(list(p.tail)[-3:])
+                return f"node {p.name} exited with {p.popen.returncode}: {tail}"[:500]
+        return None
+
+    def spin_until(self, ready, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            dead = self.dead_node()
+            if dead:
+                raise StackDied(dead)
+            if time.monotonic() > deadline:
+                raise StackStalled(f"no {what} within {timeout_s:g} s")
+            self.executor.spin_once(timeout_sec=0.01)
+
+    def reader(self, task: str) -> SceneReader:
+        """Success detection on the driver's model (built once: compiling it takes seconds)."""
+        if getattr(self, "_reader", None) is None:
+            from vla_runtime.sim.tasks import TaskSimulator
+
+            self._reader = SceneReader(TaskSimulator(task).model, scene_colours())
+        return self._reader
+
+    def warm_up(self, task: str) -> None:
+        """Until the whole loop runs: scene state arriving and a first chunk from the engine
+        (cameras, engine and streamer up), so that start-up costs no episode its time."""
+        self.reader(task)
+        self.spin_until(
+            lambda: (
+                self.scene is not None
+                and any(level == 0 and "infer_ms" in v for _, level, v in self.engine_stats)
+            ),
+            STARTUP_TIMEOUT_S,
+            "first chunk from the engine",
+        )
+
+    def set_episode(self, seed: int) -> dict:
+        """Start an episode with `seed`; returns the driver's announcement."""
+        from rcl_interfaces.msg import Parameter as ParameterMsg
+        from rcl_interfaces.msg import ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+
+        client = getattr(self, "_param_client", None)
+        if client is None:
+            client = self._param_client = self.node.create_client(
+                SetParameters, "/sim_driver/set_parameters"
+            )
+        self.spin_until(client.service_is_ready, STARTUP_TIMEOUT_S, "sim driver")
+        announced = len(self.episodes)
+        value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))
+        request = SetParameters.Request(parameters=[ParameterMsg(name="episode_seed", value=value)])
+        future = client.call_async(request)
+        self.spin_until(future.done, STALL_TIMEOUT_S, "answer to the episode reset")
+        result = future.result().results[0]
+        if not result.successful:
+            raise RuntimeError(f"episode reset refused: {result.reason}")
+        self.spin_until(
+            lambda: any(e["seed"] == seed for e in self.episodes[announced:]),
+            STALL_TIMEOUT_S,
+            "episode announcement",
+        )
+        return next(e for e in self.episodes[announced:] if e["seed"] == seed)
+
+    def close(self) -> None:
+        from vla_runtime.launcher import stop_nodes
+
+        node = getattr(self, "node", None)
+        if node is not None:
+            node.destroy_node()
+            self.context.try_shutdown()
+            self.node = None
+        stop_nodes(self.procs)
+        self.claim.release()
+        self._tmp.cleanup()
+
+
+class StackDied(RuntimeError):
+    pass
+
+
+class StackStalled(RuntimeError):
+    pass
+
+
+def stack_robot(stack: Stack):
+    from vla_runtime.core.robot import load_robot
+
+    driver = next(n for n in stack.nodes if n.name == "sim_driver")
+    return load_robot(driver.parameters.get("robot", "fr3"))
+
+
+def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
+    """One episode on a running stack; raises StackDied / StackStalled (with what happened)."""
+    wall0 = time.monotonic()
+    announced = harness.set_episode(seed)
+    t0 = float(announced["stamp"])
+    setup = make_setup(task, seed)
+    reader = harness.reader(task)
+    end = t0 + setup.max_steps * CONTROL_DT
+    outcome = {"success_at": None, "t": t0, "progress_wall": time.monotonic()}
+
+    def done() -> bool:
+        scene = harness.scene
+        if scene is not None and scene[0] > outcome["t"]:
+            outcome["t"], outcome["progress_wall"] = scene[0], time.monotonic()
+            if scene[0] >= t0 and is_success(setup, reader.snapshot(scene[1])):
+                outcome["success_at"] = scene[0]
+                return True
+        if outcome["t"] >= end:
+            return True
+        if time.monotonic() - outcome["progress_wall"] > STALL_TIMEOUT_S:
+            raise StackStalled(f"sim time stuck at {outcome['t']:.2f} s")
+        return False
+
+    harness.spin_until(done, STALL_TIMEOUT_S + 10 * (end - t0), "episode end")
+    t_end = min(outcome["t"], end)
+    # The streamer publishes its figures every second and at each episode boundary.
+    try:
+        harness.spin_until(
+            lambda: any(s >= t_end for s, _ in harness.streamer_stats), STATS_WAIT_S,
+            "streamer stats",
+        )  # fmt: skip
+    except StackStalled:
+        pass
+    success_at = outcome["success_at"]
+    record = EpisodeRecord(
+        seed=seed,
+        outcome="success" if success_at is not None else "timeout",
+        success=success_at is not None,
+        time_to_success_s=None if success_at is None else success_at - t0,
+        sim_s=t_end - t0,
+        wall_s=time.monotonic() - wall0,
+    )
+    _collect(harness, record, t0, t_end)
+    return record
+
+
+def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: float) -> None:
+    """This episode's share of what the stack reported (by stamps in [t0, t_end])."""
+    verdicts = {v: 0 for v in VERDICTS}
+    for event in harness.safety_events:
+        if event.get("event") != "chunk" or not t0 <= float(event.get("stamp", -1)) <= t_end:
+            continue
+        verdict = event.get("verdict")
+        verdicts[verdict] = verdicts.get(verdict, 0) + 1
+        reasons = event.get("reasons") or []
+        if verdict == "veto":
+            kind = reason_kind(reasons[-1] if reasons else "unknown")
+            record.vetoes_by_reason[kind] = record.vetoes_by_reason.get(kind, 0) + 1
+        if "retimed_s" in event:
+            record.retimed += 1
+        if event.get("check_ms"):
+            record.check_ms.append(float(event["check_ms"]))
+    record.verdicts = verdicts
+    for stamp, level, values in harness.engine_stats:
+        if not t0 <= stamp <= t_end:
+            continue
+        if level == 0 and "infer_ms" in values:
+            record.engine_infer_ms.append(float(values["infer_ms"]))
+            record.capture_to_chunk_ms.append(float(values["latency_ms"]))
+            for key, value in values.items():
+                if key.endswith("_age_ms") and key != "state_age_ms":
+                    record.camera_age_ms.append(float(value))
+        elif level != 0:
+            record.engine_errors += 1
+    after = [(s, v) for s, v in harness.streamer_stats if t0 < s]
+    # The last figures of this episode: before the next reset restarts the counters.
+    within = [v for s, v in after if s <= t_end + 1.5]
+    if within:
+        record.streamer = within[-1]
+    for event in harness.driver_events:
+        if t0 <= float(event.get("stamp", -1)) <= t_end:
+            kind = event.get("event", "?")
+            record.driver_events[kind] = record.driver_events.get(kind, 0) + 1
+            reason = str(event.get("fault") or event.get("reason") or "")[:160]
+            if reason and reason not in record.driver_faults and len(record.driver_faults) < 3:
+                record.driver_faults.append(reason)
+
+
+def eval_stack(
+    task: str,
+    episodes: int,
+    seed: int,
+    overrides: dict,
+    out: Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    plot: Path | None = None,
+    printer=None,
+) -> dict:
+    """Run `episodes` episodes (seeds seed, seed+1, ...) through the sim stack resolved with
+    `overrides`; returns the summary. Episodes stream to `out` (JSONL)."""
+    from tqdm import tqdm
+
+    stack = resolve_stack("sim", {**overrides, "task": task, "policy": True})
+    done: dict[int, EpisodeRecord] = {}
+    if out is not None and resume and out.exists():
+        for line in out.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                done[entry["seed"]] = EpisodeRecord(**entry)
+    elif out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("")
+    seeds = [seed + k for k in range(episodes) if seed + k not in done]
+    records = [done[s] for s in sorted(done) if seed <= s < seed + episodes]
+    harness = None
+    motion, marks = [], []
+    bar = tqdm(total=episodes, initial=len(records), desc=f"eval {task}", disable=not progress)
+    try:
+        for s in seeds:
+            try:
+                if harness is None:
+                    harness = StackHarness(stack, record_motion=plot is not None)
+                    harness.warm_up(task)
+                record = run_episode(harness, task, s)
+            except (StackDied, StackStalled) as exc:
+                outcome = "stack_died" if isinstance(exc, StackDied) else "stalled"
+                record = EpisodeRecord(s, outcome, False, None, 0.0, 0.0, reason=str(exc))
+                motion += harness.motion
+                harness.close()
+                harness = None  # restarted for the next episode
+            else:
+                marks.append((s, record, harness.episodes[-1]["stamp"]))
+            records.append(record)
+            if out is not None:
+                with out.open("a") as f:
+                    f.write(json.dumps(asdict(record)) + "\n")
+            if printer is not None:
+                printer(record)
+            bar.update(1)
+    finally:
+        bar.close()
+        if harness is not None:
+            motion += harness.motion
+            events = [e for e in harness.safety_events if e.get("event") == "chunk"]
+            harness.close()
+        else:
+            events = []
+    if plot is not None and motion:
+        from vla_runtime.data.stack_plot import plot_run
+
+        plot_run(plot, stack_robot(stack).joints, motion, events, marks)
+    settings = {
+        "seed": seed,
+        "mode": stack_arg(stack, "streamer", "mode"),
+        "backend": stack_arg(stack, "engine", "backend"),
+        "checkpoint": stack_arg(stack, "engine", "checkpoint"),
+        "overrides": {k: v for k, v in overrides.items() if k != "checkpoint"},
+        "realtime": True,
+        **({"jsonl": str(out)} if out is not None else {}),
+        **({"plot": str(plot)} if plot is not None else {}),
+    }
+    return summarise(task, records, settings)
+
+
+def stack_arg(stack: Stack, node: str, key: str):
+    spec = next((n for n in stack.nodes if n.name == node), None)
+    return None if spec is None else spec.parameters.get(key)
+
+
+def format_episode(record: EpisodeRecord) -> str:
+    v = record.verdicts
+    chunks = sum(v.values())
+    if record.success:
+        head = f"success in {record.time_to_success_s:.2f} s"
+    elif record.outcome == "timeout":
+        head = f"failed (time out after {record.sim_s:.1f} s)"
+    else:
+        head = f"{record.outcome}: {record.reason}"
+    vetoes = ", ".join(f"{k} {n}" for k, n in record.vetoes_by_reason.items())
+    s = record.streamer
+    executed = s.get("executed_actions", "?")
+    stale = s.get("stale_executed", "?")
+    line = (
+        f"seed {record.seed}: {head} | chunks {chunks}: "
+        + " ".join(f"{k} {v.get(k, 0)}" for k in VERDICTS)
+        + (f" (vetoes: {vetoes})" if vetoes else "")
+        + (f", {record.retimed} re-timed" if record.retimed else "")
+        + f" | actions executed {executed}, stale executed {stale}"
+    )
+    return line
+
+
+def format_chain(summary: dict) -> str:
+    chain = summary["latency_chain_ms"]
+
+    def p(entry):
+        return "n/a" if entry.get("p50") is None else f"{entry['p50']:.0f} ms"
+
+    return (
+        f"latency chain (p50): camera frame age {p(chain['camera_age'])} -> engine inference "
+        f"{p(chain['engine_infer'])} (capture to chunk {p(chain['capture_to_chunk'])}) -> "
+        f"safety check {p(chain['safety_check'])} -> streamer (request to chunk "
+        f"{p(chain['request_to_chunk'])}) -> command at the control rate"
+    )
+
+
+def failure_reason(summary: dict) -> str | None:
+    """Why a run shows nothing of the product working (None: it did something)."""
+    if not summary["episodes"]:
+        return "no episode ran"
+    if summary["executed_actions"] == 0:
+        if summary["chunks"] == 0:
+            errors = summary["engine_errors"]
+            return f"the engine produced no chunk ({errors} engine errors reported)"
+        return (
+            f"no action of the policy was executed ({summary['verdicts']['veto']} of "
+            f"{summary['chunks']} chunks vetoed: {summary['vetoes_by_reason']})"
+        )
+    infer = summary["engine_latency_ms"]["n"]
+    if summary["engine_errors"] > max(10, 2 * infer) and not summary["successes"]:
+        return f"the engine kept failing ({summary['engine_errors']} errors, {infer} chunks)"
+    return None
