@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One script, two commands (see README):
-#   ./dev.sh run    set everything up, then run the simulated Franka FR3 stack (cameras, engine,
-#                   safety, streamer, arm) for 20 s of sim time and print its report
-#                   (written to runs/sim_report.json)
+#   ./dev.sh run    set everything up, then run 3 reach episodes through the simulated Franka FR3
+#                   stack (cameras, engine, safety, streamer, arm) in real time: per-episode
+#                   success, chunk verdicts, the latency chain, and runs/run.png (commanded vs
+#                   measured joints with the verdict timeline); exits non-zero when the policy
+#                   executed nothing
 #   ./dev.sh test   set everything up, then run the test suite
 # Set-up is idempotent: system libraries for offscreen rendering (apt), a virtual environment
 # in .venv with the pinned requirements, and this package installed in editable mode.
@@ -45,10 +47,10 @@ case "${1:-}" in
   run)
     shift
     setup
-    # The whole loop: sim cameras -> engine (shipped tiny checkpoint, 96 px) -> safety ->
-    # streamer -> simulated FR3, for 20 s of sim time.
-    exec vla-runtime launch sim policy:=true checkpoint:=checkpoints/vla_tiny_sim \
-      image_size:=96 --duration 20 --report runs/sim_report.json --quiet "$@"
+    # The product path, exactly as `vla-runtime launch sim policy:=true task:=reach` starts it,
+    # with the shipped checkpoint.
+    exec vla-runtime eval --task reach --episodes 3 --out runs/run.jsonl --plot runs/run.png \
+      --no-progress --json "$@"
     ;;
   test)
     shift

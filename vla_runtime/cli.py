@@ -30,12 +30,23 @@ def _launch(args: argparse.Namespace) -> int:
     except StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    notes: list[str] = []
+    engine = next((n for n in stack.nodes if n.name == "engine"), None)
+    if engine is not None and engine.parameters.get("backend") != "remote":
+        if not engine.parameters.get("checkpoint"):
+            if not any(n.name == "sim_driver" for n in stack.nodes):
+                print("error: policy:=true without checkpoint:=DIR would drive a real arm with "
+                      "random weights; refused", file=sys.stderr)  # fmt: skip
+                return 2
+            notes.append("warning: policy:=true without checkpoint:=DIR runs random weights; "
+                         "the arm will not do the task")  # fmt: skip
     result = run_stack(
         stack,
         duration_s=args.duration,
         domain_id=args.domain_id if args.domain_id is not None else default_domain_request(),
         localhost_only=not args.any_host,
         echo=not args.quiet,
+        notes=notes,
     )
     print(format_summary(result.report), flush=True)
     if args.report:

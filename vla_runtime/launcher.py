@@ -145,6 +145,7 @@ def run_stack(
     localhost_only: bool = True,
     echo: bool = True,
     measure: bool = True,
+    notes: tuple[str, ...] | list[str] = (),
 ) -> LaunchResult:
     """Start `stack`, run until `duration_s` of stack time (sim time in sim stacks), a signal,
     or a node's death; stop everything and return the report."""
@@ -175,6 +176,8 @@ def run_stack(
                 f"{claim.domain_id} ({where})",
                 flush=True,
             )
+            for note in notes:  # after the domain line, which tools read first
+                print(note, file=sys.stderr, flush=True)
             monitor = _Monitor(stack, claim) if measure else None
             for spec in stack.nodes:
                 procs.append(start_node(spec, env, Path(tmp), echo))

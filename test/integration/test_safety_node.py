@@ -242,11 +242,12 @@ def test_every_chunk_gets_one_verdict_and_only_executable_ones_pass(probe):
         (e["verdict"], e["reasons"]) for e in verdicts
     ]
     assert [e["chunk"] for e in verdicts] == [1, 2, 3, 4, 5]
-    assert verdicts[1]["time_scale"] == pytest.approx(6.0 / 5.26)
+    # timed against 70 % of joint 7's 5.26 rad/s (ChunkCheckConfig.limit_fraction)
+    assert verdicts[1]["time_scale"] == pytest.approx(6.0 / (0.7 * 5.26))
     assert len(probe.checked) == 2
     clipped = probe.checked[1]
     last = clipped.points[-1].time_from_start
-    assert last.sec + last.nanosec * 1e-9 == pytest.approx(0.1 + 0.3 * 6.0 / 5.26, abs=1e-6)
+    assert last.sec + last.nanosec * 1e-9 == pytest.approx(0.1 + 0.3 * 6.0 / (0.7 * 5.26), abs=1e-6)
     assert probe.outputs == []  # chunks never command the arm directly
 
 
@@ -286,7 +287,8 @@ def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_
         assert msg.joint_names == ARM and len(msg.points) == 1
         assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (0, 0)  # start now
         t = msg.points[0].time_from_start
-        assert t.sec == 0 and t.nanosec == round(PERIOD * 1e9)
+        # reached three gate periods later (the default trajectory_lookahead)
+        assert t.sec == 0 and t.nanosec == round(3 * PERIOD * 1e9)
     positions = [(0.0, np.array(m.points[0].positions)) for m in trajectories]
     assert_output_within_limits(positions)
     assert max(abs(p[0] - HOME[0]) for _, p in positions) > 0.1  # it followed the sine

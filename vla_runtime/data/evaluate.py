@@ -353,6 +353,7 @@ def eval_main(argv: list[str] | None = None) -> int:
             return 2
         print(json.dumps(summary, indent=None if args.json else 2))
         if not args.quiet:
+            print(stack_eval.format_summary(summary), file=sys.stderr)
             print(stack_eval.format_chain(summary), file=sys.stderr)
         reason = stack_eval.failure_reason(summary)
         if reason:

@@ -553,6 +553,25 @@ def format_chain(summary: dict) -> str:
     )
 
 
+def format_summary(summary: dict) -> str:
+    t = summary["time_to_success_s"]["mean"]
+    engine = summary["engine_latency_ms"]
+    vetoes = ", ".join(f"{k} {n}" for k, n in summary["vetoes_by_reason"].items()) or "none"
+    rate = summary["veto_rate"]
+    return (
+        f"{summary['task']}: {summary['successes']}/{summary['episodes']} successes"
+        + (f" (mean time to success {t:.2f} s)" if t is not None else "")
+        + f"; veto rate {'n/a' if rate is None else f'{rate:.2f}'} (vetoes: {vetoes}); "
+        f"stale executed {summary['stale_executed']}; engine "
+        + (
+            "n/a"
+            if engine["p50"] is None
+            else f"p50 {engine['p50']:.0f} / p99 {engine['p99']:.0f} ms"
+        )
+        + f"; arm faults {summary['driver_events'].get('reflex', 0)} refused commands"
+    )
+
+
 def failure_reason(summary: dict) -> str | None:
     """Why a run shows nothing of the product working (None: it did something)."""
     if not summary["episodes"]:

@@ -119,6 +119,10 @@ class SafetyNode(Node):
 
         controllers = self.robot.controllers
         self.command_interface = param("command_interface", "forward_position").value
+        self.trajectory_lookahead = float(param("trajectory_lookahead", 3.0).value)
+        if not 1.0 <= self.trajectory_lookahead <= 25.0:
+            raise ValueError(f"trajectory_lookahead must be in [1, 25] periods, got "
+                             f"{self.trajectory_lookahead}")  # fmt: skip
         if self.command_interface == "forward_position":
             arm_topic = topics.forward_command(controllers["forward_position"])
             self._arm_pub = self.create_publisher(Float64MultiArray, arm_topic, 10)
@@ -283,8 +287,10 @@ class SafetyNode(Node):
     def _arm_message(self, arm: np.ndarray):
         if self.command_interface == "forward_position":
             return Float64MultiArray(data=arm.tolist())
-        # header.stamp 0 = "start now"; the point is reached one gate period later.
-        period_ns = round(self.gate.config.period * 1e9)
+        # header.stamp 0 = "start now"; the point is reached `trajectory_lookahead` gate
+        # periods later. More than one period: a controller that takes two of these back to
+        # back (a late callback) would otherwise cover two periods of motion in one.
+        period_ns = round(self.trajectory_lookahead * self.gate.config.period * 1e9)
         point = JointTrajectoryPoint(
             positions=arm.tolist(),
             time_from_start=Duration(

@@ -1,0 +1,33 @@
+"""`vla-runtime eval --via stack`: episodes on the real node stack in real time. A run whose
+policy got no action executed ends non-zero with a one-line reason, its episodes on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_a_run_that_executed_no_chunk_exits_non_zero_with_the_reason(tmp_path):
+    out = tmp_path / "episodes.jsonl"
+    # Every chunk is published 2 s after its images: older than the safety node accepts (1 s),
+    # so each one is judged stale and nothing reaches the arm.
+    proc = subprocess.run(
+        [sys.executable, "-m", "vla_runtime.cli", "eval", "--task", "reach", "--episodes", "1",
+         "--out", str(out), "--set", "inference_delay:=2.0", "--json", "--no-progress"],
+        capture_output=True, text=True, timeout=580, env={**os.environ, "MUJOCO_GL": "egl"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    reason = [line for line in proc.stderr.splitlines() if "FAILED" in line]
+    assert len(reason) == 1 and "no action of the policy was executed" in reason[0], proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["executed_actions"] == 0 and summary["success_rate"] == 0.0
+    assert summary["verdicts"]["stale"] >= 1 and summary["verdicts"]["accept"] == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["seed"] for r in records] == [90000]
+    assert records[0]["outcome"] == "timeout"

@@ -1,0 +1,86 @@
+"""Pure parts of the product-path evaluation and its knobs: reason kinds, summaries, the
+verdict of a run that did nothing, injected delays and thread counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vla_runtime.core.injected_delay import InjectedDelay
+from vla_runtime.core.threads import default_threads, resolve_threads
+from vla_runtime.data.stack_eval import EpisodeRecord, failure_reason, reason_kind, summarise
+
+
+def test_reasons_are_counted_without_their_numbers_and_joints():
+    assert reason_kind("discontinuous start: fr3_joint2 0.154 rad from the measured state, "
+                       "allowed 0.055") == "discontinuous start"  # fmt: skip
+    assert reason_kind("needs 3.20x slower (> 3.0): velocity_ratio") == "needs"
+    assert reason_kind("joint limit fr3_joint4 at point 3") == "joint limit"
+    assert reason_kind("consequence: collision with the table") == "consequence"
+
+
+def _record(seed, success, verdicts, vetoes=None, executed=10, stale=0, infer=(30.0,)):
+    return EpisodeRecord(
+        seed, "success" if success else "timeout", success, 2.0 if success else None, 5.0, 6.0,
+        verdicts=verdicts, vetoes_by_reason=vetoes or {}, engine_infer_ms=list(infer),
+        streamer={"executed_actions": str(executed), "stale_executed": str(stale),
+                  "empty_plan_ticks": "250", "control_rate_hz": "250"},
+    )  # fmt: skip
+
+
+def test_summary_rates_and_totals():
+    records = [
+        _record(
+            1,
+            True,
+            {"accept": 3, "clip": 1, "veto": 1, "stale": 0},
+            {"discontinuous start": 1},
+            infer=(20.0, 40.0),
+        ),  # fmt: skip
+        _record(
+            2,
+            False,
+            {"accept": 0, "clip": 4, "veto": 3, "stale": 1},
+            {"discontinuous start": 2, "consequence": 1},
+            stale=2,
+            infer=(60.0,),
+        ),  # fmt: skip
+    ]
+    s = summarise("reach", records, {})
+    assert s["success_rate"] == 0.5 and s["chunks"] == 13
+    assert s["veto_rate"] == pytest.approx(4 / 13)
+    assert s["vetoes_by_reason"] == {"discontinuous start": 3, "consequence": 1}
+    assert s["stale_executed"] == 2 and s["executed_actions"] == 20
+    assert s["hold_s"] == pytest.approx(2.0)  # 500 empty ticks at 250 Hz
+    assert s["engine_latency_ms"]["p50"] == pytest.approx(40.0)
+    assert s["time_to_success_s"]["mean"] == 2.0 and s["failed_seeds"] == [2]
+    assert failure_reason(s) is None
+
+
+def test_a_run_that_executed_nothing_is_a_failure_with_a_reason():
+    vetoed = summarise("reach", [_record(1, False, {"veto": 4}, {"discontinuous start": 4},
+                                         executed=0)], {})  # fmt: skip
+    assert "no action of the policy was executed" in failure_reason(vetoed)
+    silent = summarise("reach", [_record(1, False, {}, executed=0, infer=())], {})
+    assert "the engine produced no chunk" in failure_reason(silent)
+    assert failure_reason(summarise("reach", [], {})) == "no episode ran"
+
+
+def test_injected_delays_parse_and_sample():
+    assert not InjectedDelay.parse("").active and InjectedDelay.parse("0.2").sample(None) == 0.2
+    heavy = InjectedDelay.parse("lognormal:0.08:0.05:0.4:0.8")
+    samples = np.array([heavy.sample(np.random.default_rng(k)) for k in range(4000)])
+    assert np.median(samples) == pytest.approx(0.08, rel=0.15)
+    spikes = np.mean(samples >= 0.4)
+    assert 0.03 < spikes < 0.08 and samples.max() <= 0.8
+    for bad in ("-1", "fast", "lognormal:0:0.1:0.4:0.8", "lognormal:0.1:2:0.4:0.8"):
+        with pytest.raises(ValueError, match="inference_delay"):
+            InjectedDelay.parse(bad)
+
+
+def test_thread_counts_default_to_the_host_size():
+    assert default_threads(2) == 1 and default_threads(4) == 1
+    assert default_threads(16) == 4 and default_threads(128) == 8
+    assert resolve_threads(3) == 3 and resolve_threads(0) == default_threads()
+    with pytest.raises(ValueError, match="threads"):
+        resolve_threads(-1)
