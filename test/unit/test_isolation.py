@@ -1,6 +1,7 @@
 import pytest
 
 from vla_runtime.core.isolation import claim_domain
+from vla_runtime.core.threads import default_threads, thread_env
 
 
 def test_claims_are_exclusive_and_released():
@@ -12,6 +13,7 @@ def test_claims_are_exclusive_and_released():
         assert env == {
             "ROS_DOMAIN_ID": str(first.domain_id),
             "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+            **thread_env(default_threads()),  # every node of a stack shares the cores
         }
         assert "ROS_AUTOMATIC_DISCOVERY_RANGE" not in first.env(base={}, localhost_only=False)
     again = claim_domain(first.domain_id)  # released on exit

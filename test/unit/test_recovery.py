@@ -38,8 +38,8 @@ def test_expert_branch_takes_over_from_a_drifted_state():
         tcp, _ = kin.tcp_pose(home)
         drifted = kin.solve(home, tcp + [0.0, 0.12, -0.15], hand_rotation(0.3))
         frame = None
-        for _ in range(30):  # walk the arm there
-            frame = env.step(drifted, 0.08)
+        for k in range(1, 31):  # walk the arm there within the joint limits
+            frame = env.step(home + (drifted - home) * min(1.0, k / 24), 0.08)
         cube = reader.snapshot(frame.qpos).cubes[env.setup.target]
         start_tcp = reader.snapshot(frame.qpos).tcp
         branch = expert_branch(env, frame, reader, steps=40)
