@@ -139,9 +139,12 @@ def test_chunk_flood_every_chunk_accounted_for(node):
     probe.run(0.5)
     verdicts = [e for e in probe.events if e["event"] == "chunk"]
     assert sorted(e["chunk"] for e in verdicts) == list(range(1, n + 1))
-    counts = {v: sum(e["verdict"] == v for e in verdicts) for v in ("accept", "stale")}
-    assert counts["accept"] + counts["stale"] == n and counts["accept"] >= 1
-    assert len(probe.checked) == counts["accept"]
+    # clip: a chunk whose check came so late that it starts late (re-timed; the arm held)
+    counts = {v: sum(e["verdict"] == v for e in verdicts) for v in ("accept", "clip", "stale")}
+    executable = counts["accept"] + counts["clip"]
+    assert executable + counts["stale"] == n and executable >= 1
+    assert all("re-timed" in e["reasons"][0] for e in verdicts if e["verdict"] == "clip")
+    assert len(probe.checked) == executable
     print(f"flood of {n}: {counts}")
 
 

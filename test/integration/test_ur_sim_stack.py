@@ -52,8 +52,10 @@ def test_ur_sim_stack_follows_the_ur_driver_topics():
         assert np.max(np.abs(probe.q - goal)) < 0.01, probe.q - goal
 
         back = UR_HOME + np.array([-0.1, 0.05, 0.05, 0.0, -0.1, 0.1])
-        forward.publish(Float64MultiArray(data=back.tolist()))
-        probe.spin_sim_seconds(2.0)
+        for k in range(1, 51):  # a 1 s stream: one 0.4 rad step would trip a protective stop
+            forward.publish(Float64MultiArray(data=(goal + (back - goal) * k / 50).tolist()))
+            probe.spin_sim_seconds(0.02)
+        probe.spin_sim_seconds(1.0)
         assert np.max(np.abs(probe.q - back)) < 0.01, probe.q - back
 
         forward.publish(Float64MultiArray(data=[0.0] * 5))  # wrong length: rejected, holds
