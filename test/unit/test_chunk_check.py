@@ -231,18 +231,24 @@ def test_chunks_are_timed_against_a_fraction_of_the_limits():
         checker(limit_fraction=1.5)
 
 
-def test_a_chunk_observed_while_the_arm_held_starts_late_instead_of_joining_mid_way():
-    # 1 rad/s on joint 1 from the held state; the chunk arrives 0.3 s after its observation
+def test_a_chunk_the_arm_is_behind_starts_late_instead_of_joining_mid_way():
+    # 1 rad/s on joint 1 from where the arm stands; the chunk arrives 0.3 s after its
+    # observation, when its live part is 0.3 rad ahead of the arm
     times = tuple(0.05 * (k + 1) for k in range(16))
     rows = [HOME + [1.0 * t, 0, 0, 0, 0, 0, 0] for t in times]
     chunk = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, rows)))
     now = STAMP + 0.3
-    joined = checker().check(chunk, now, HOME, now - 0.004, held=False)
+    joined = checker(retime_behind=False).check(chunk, now, HOME, now - 0.004)
     assert joined.decision == "veto" and "discontinuous start" in joined.reasons[0]
-    late = checker().check(chunk, now, HOME, now - 0.004, held=True)
-    assert late.executable
-    assert late.stamp + late.times[0] == pytest.approx(now + 0.02)  # first action, lead ahead
-    assert late.numbers["retimed_s"] == pytest.approx(0.27)
-    # an action only slightly past (within the lead) is not worth re-timing
-    fresh = checker().check(chunk, STAMP + 0.06, HOME, STAMP + 0.05, held=True)
+    late = checker().check(chunk, now, HOME, now - 0.004)
+    assert late.decision == "clip" and "re-timed" in late.reasons[0]
+    # the latest passed action within reach (0.05 + 2.62 * 0.024 rad) starts 0.02 s from now
+    k = int(late.reasons[0].split("action ")[1].split()[0])
+    assert k == 1 and late.stamp + late.times[0] == pytest.approx(now + 0.02 - times[1] + times[0])
+    assert late.numbers["retimed_s"] == pytest.approx(now + 0.02 - (STAMP + times[1]))
+    # an arm that is nowhere on the chunk's path is still a veto
+    away = HOME + [0.0, 0.3, 0, 0, 0, 0, 0]
+    assert checker().check(chunk, now, away, now - 0.004).decision == "veto"
+    # a chunk the arm can join is left alone
+    fresh = checker().check(chunk, STAMP + 0.06, HOME + [0.05, 0, 0, 0, 0, 0, 0], STAMP + 0.05)
     assert fresh.stamp == STAMP and "retimed_s" not in fresh.numbers

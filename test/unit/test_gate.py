@@ -23,6 +23,7 @@ class Run:
 
     def __init__(self, **config):
         config.setdefault("event_interval", 0.0)  # every event, so tests can read the last one
+        config.setdefault("limit_fraction", 1.0)  # at the full limits, so numbers read plainly
         self.gate = CommandGate(ROBOT, GateConfig(period=T, **config))
         self.k = 0
         self.outputs: list[np.ndarray] = []
@@ -281,3 +282,17 @@ def test_clock_jumping_ahead_times_out_the_last_command():
     assert run.event("command_timeout")["silent_s"] >= 2.0
     assert not run.gate.moving
     assert_within_limits(run.outputs)
+
+
+def test_output_keeps_a_margin_below_the_joint_limits():
+    run = armed_run(limit_fraction=0.9)
+    target = HOME.copy()
+    target[0] += 1.0  # far: the output runs at its speed limit for a while
+    for _ in range(300):
+        run.send(target)
+        run.tick()
+    v = np.diff(np.array(run.outputs), axis=0) / T
+    assert np.abs(v[:, 0]).max() == pytest.approx(0.9 * V[0], rel=1e-6)
+    assert (np.abs(np.diff(v, axis=0)) / T <= 0.9 * A * (1 + 1e-6)).all()
+    with pytest.raises(ValueError, match="limit_fraction"):
+        CommandGate(ROBOT, GateConfig(limit_fraction=0.0))

@@ -20,7 +20,6 @@ import math
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import replace
 
 import numpy as np
@@ -112,9 +111,6 @@ class SafetyNode(Node):
         self._scene_qpos: np.ndarray | None = None
         self._scene_state_rejected, self._scene_state_reported = 0, -math.inf
         self._state: tuple[np.ndarray, np.ndarray, float] | None = None  # q, dq, stamp
-        # Recent (stamp, q): where the arm was when a chunk's images were taken.
-        self._history: deque[tuple[float, np.ndarray]] = deque(maxlen=1000)
-        self.hold_tolerance = float(param("hold_tolerance", 0.005).value)  # rad
         self._episode_start = -math.inf
 
         controllers = self.robot.controllers
@@ -163,6 +159,9 @@ class SafetyNode(Node):
         self._pending: tuple[int, JointTrajectory, float] | None = None
         self._wake = threading.Condition()
         self._running = True
+        # The gate ticks in the executor thread while the check worker computes: at the
+        # default 5 ms switch interval the ticks would be delayed and then fire in bursts.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
         self._worker = threading.Thread(target=self._check_loop, name="chunk-check", daemon=True)
         self._worker.start()
         self.create_timer(gate_config.period, self._tick)
@@ -195,7 +194,6 @@ class SafetyNode(Node):
         self.gate.update_state(q, stamp)
         if np.isfinite(q).all() and np.isfinite(dq).all():
             self._state = (q, dq, stamp)
-            self._history.append((stamp, q))
 
     def _on_command(self, msg: JointState) -> None:
         now = self._now()
@@ -226,7 +224,6 @@ class SafetyNode(Node):
             superseded, self._pending = self._pending, None
             self._episode_start = start
             self._state = None
-            self._history.clear()
             self.gate.new_episode(self._now())
         if superseded is not None:
             verdict = Verdict(STALE, ("from the previous episode",))
@@ -345,20 +342,10 @@ class SafetyNode(Node):
             return Verdict(STALE, ("observed before the episode started",))
         state = self._state
         q, dq, stamp = state if state is not None else (None, None, None)
-        verdict = self.checker.check(chunk, now, q, stamp, self._held_since(chunk.stamp))
+        verdict = self.checker.check(chunk, now, q, stamp)
         if verdict.executable and self._consequence is not None and self._scene_qpos is not None:
             verdict = self._rollout(verdict, chunk, now, dq)
         return verdict
-
-    def _held_since(self, stamp: float) -> bool:
-        """Whether the arm has stood still (within hold_tolerance) from `stamp` until now."""
-        history = list(self._history)
-        if not history or history[0][0] > stamp:
-            return False
-        since = [q for t, q in history if t >= stamp] or [history[-1][1]]
-        before = next(q for t, q in reversed(history) if t <= stamp)
-        spread = np.abs(np.asarray([before, *since]) - before).max()
-        return bool(spread <= self.hold_tolerance)
 
     def _rollout(self, verdict: Verdict, chunk: Chunk, now: float, dq) -> Verdict:
         names = list(chunk.joint_names)

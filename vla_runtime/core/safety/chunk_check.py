@@ -35,11 +35,11 @@ class ChunkCheckConfig:
     limit_fraction: float = 0.7
     min_points: int = 2  # a truncated chunk must keep at least this many points
     max_points: int = 1000
-    # A chunk observed while the arm stood still, whose first actions the arm never followed,
-    # starts late instead of skipping them: when its first action is more than `retime_lead`
-    # s past, its time axis is shifted so that the first action comes `retime_lead` s from now
-    # (what a sync executor does with every chunk).
-    retime_held: bool = True
+    # A chunk whose first live action the arm cannot reach because the arm is behind it (it
+    # held while the chunk was computed, or was slowed down) starts late instead of being
+    # vetoed: its time axis is shifted so that the latest passed action the arm can start from
+    # comes `retime_lead` s from now (a sync executor does this with every chunk).
+    retime_behind: bool = True
     retime_lead: float = 0.02
     tcp_speed: float | None = None  # m/s; None: the robot's `tcp_speed`
     workcell: Workcell = field(default_factory=Workcell)
@@ -115,11 +115,8 @@ class ChunkChecker:
         now: float,
         state_positions,
         state_stamp: float | None,
-        held: bool = False,
     ) -> Verdict:
-        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`.
-        `held`: the arm has stood still since the chunk's observation, so none of its actions
-        has run and the chunk may start late (`retime_held`) instead of joining mid-way."""
+        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`."""
         cfg = self.config
         layout = self._layout(chunk)
         if isinstance(layout, Verdict):
@@ -149,20 +146,11 @@ class ChunkChecker:
             return _reject(VETO, "stamp lies in the future", observation_age_s=age)
         if age > cfg.max_observation_age:
             return _reject(STALE, "observation too old", observation_age_s=age)
-        stamp = chunk.stamp
-        reasons: list[str] = []
-        numbers = {"observation_age_s": age, "points": n}
-        past = now - (stamp + times[0])  # > 0: the first action's time has gone by
-        if held and cfg.retime_held and past > cfg.retime_lead:
-            late = past + cfg.retime_lead
-            stamp += late
-            numbers["retimed_s"] = late
-            reasons.append(
-                f"re-timed: the arm held since the observation, starts {late:.3f} s late"
-            )
-        live = np.nonzero(stamp + times >= now)[0]
+        live = np.nonzero(chunk.stamp + times >= now)[0]
         if len(live) == 0:
             return _reject(STALE, "every action is already past", observation_age_s=age)
+        numbers = {"observation_age_s": age, "points": n}
+        reasons: list[str] = []
 
         # Continuity with the measured state: the first action still to come must be reachable
         # at maximum velocity from where the arm was measured.
@@ -173,11 +161,19 @@ class ChunkChecker:
         if state_age > cfg.max_state_age:
             return _reject(VETO, "joint state too old", **numbers)
         arm = positions[:, arm_cols]
-        first = live[0]
-        reach_time = max(0.0, stamp + times[first] - state_stamp)
-        jump = np.abs(arm[first] - np.asarray(state_positions, dtype=float))
-        allowed = cfg.continuity_tolerance + self.velocity * reach_time
+        state = np.asarray(state_positions, dtype=float)
+        stamp, first = chunk.stamp, live[0]
+        jump, allowed = self._gap(arm[first], state, stamp + times[first] - state_stamp)
         numbers["start_jump_rad"] = float(jump.max())
+        if (jump > allowed).any() and cfg.retime_behind:
+            late = self._behind(arm[:first], times[:first], state, stamp, now, state_stamp)
+            if late is not None:
+                first, shift = late
+                stamp += shift
+                jump, allowed = self._gap(arm[first], state, stamp + times[first] - state_stamp)
+                numbers.update(retimed_s=shift, start_jump_rad=float(jump.max()))
+                reasons.append(f"re-timed: the arm is behind the chunk, action {first} "
+                               f"starts {shift:.3f} s late")  # fmt: skip
         if (jump > allowed).any():
             j = int(np.argmax(jump - allowed))
             return _reject(
@@ -235,6 +231,22 @@ class ChunkChecker:
                 reasons.append("gripper clamped into its range")
         decision = CLIP if reasons else ACCEPT
         return Verdict(decision, tuple(reasons), numbers, times, positions, stamp)
+
+    def _gap(self, point, state, reach_time: float):
+        """How far `point` is from the measured state, and how far the arm may have gone in
+        `reach_time` (s) at maximum velocity, plus the tolerance."""
+        allowed = self.config.continuity_tolerance + self.velocity * max(0.0, reach_time)
+        return np.abs(point - state), allowed
+
+    def _behind(self, passed, times, state, stamp, now, state_stamp):
+        """(index, shift) of the latest already-passed action the arm can still start from
+        when it is shifted to `retime_lead` s from now; None when none is near the arm."""
+        start = now + self.config.retime_lead
+        for k in range(len(passed) - 1, -1, -1):
+            jump, allowed = self._gap(passed[k], state, start - state_stamp)
+            if (jump <= allowed).all():
+                return k, start - (stamp + times[k])
+        return None
 
     def _layout(self, chunk: Chunk):
         """Column of each arm joint (robot order) and of the gripper, or a veto."""

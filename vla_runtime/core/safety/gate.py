@@ -35,6 +35,10 @@ class GateConfig:
     event_interval: float = 1.0  # s between repeated events of one kind (counts accumulate)
     # s the clock may step back before the gate counts it as a jump (and restarts its watchdog).
     clock_jump_tolerance: float = 0.02
+    # The output moves within this fraction of the joint velocity and acceleration limits:
+    # the arm's controller interpolates each output over its own cycle and trips its reflex a
+    # hair above the limit, so output at 100 % would trip it on the first uneven period.
+    limit_fraction: float = 0.9
 
 
 @dataclass
@@ -53,8 +57,10 @@ class CommandGate:
         self.hard_upper = np.asarray(robot.position_max, dtype=float)
         self.lower = self.hard_lower + margin
         self.upper = self.hard_upper - margin
-        self.v_max = np.asarray(robot.velocity, dtype=float)
-        self.a_max = np.asarray(robot.acceleration, dtype=float)
+        if not 0.0 < config.limit_fraction <= 1.0:
+            raise ValueError(f"limit_fraction must be in (0, 1], got {config.limit_fraction}")
+        self.v_max = config.limit_fraction * np.asarray(robot.velocity, dtype=float)
+        self.a_max = config.limit_fraction * np.asarray(robot.acceleration, dtype=float)
         self.j_max = np.asarray(robot.jerk, dtype=float)
         self.mode = WAITING
         self.output: np.ndarray | None = None  # last arm output and its per-tick derivatives

@@ -139,6 +139,9 @@ class SimDriverNode(Node):
         self.achieved_rtf = float("nan")
         self._publish_xml()
         self._publish_all()
+        # Commands are taken by the executor thread while physics holds the GIL for its steps:
+        # at the default 5 ms switch interval they would queue and be applied in bursts.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
         self._thread = threading.Thread(target=self._physics_loop, name="physics", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._check_physics)
