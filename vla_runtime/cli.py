@@ -81,11 +81,28 @@ def _bench(args: argparse.Namespace) -> int:
 
         result = run_bench(
             checkpoint=args.ckpt,
-            tasks=tuple(args.tasks),
-            episodes=args.episodes,
+            tasks=tuple(args.tasks or ("reach", "push", "pick", "dynamic_reach")),
+            episodes=args.episodes or 50,
             seed=args.seed,
             execute=args.execute,
             config=args.config,
+        )
+    elif args.name == "closed-loop":
+        from vla_runtime.bench.closed_loop import DELAYS, TASKS
+        from vla_runtime.bench.closed_loop import run_bench as closed_loop
+
+        delays = tuple(args.delays or DELAYS)
+        bad_episodes = args.episodes is not None and args.episodes < 1
+        if bad_episodes or any(d not in DELAYS for d in delays):
+            print(f"error: --delays from {list(DELAYS)}, --episodes >= 1", file=sys.stderr)
+            return 2
+        result = closed_loop(
+            checkpoint=args.ckpt,
+            tasks=tuple(args.tasks or TASKS),
+            episodes=args.episodes or 10,
+            seed=args.seed if args.seed is not None else 90000,
+            out=args.out or "runs/closed_loop",
+            delays=delays,
         )
     elif args.name == "streamer":
         from vla_runtime.bench.streamer import run_bench
@@ -110,7 +127,9 @@ DATA_COMMANDS = {
     "train": ("vla_runtime.data.train", "train_main"),
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
 }
-BENCHMARKS = ["sim", "engine", "transport", "streamer", "driver", "faults", "scheduler"]
+BENCHMARKS = [
+    "sim", "engine", "transport", "streamer", "driver", "faults", "scheduler", "closed-loop",
+]  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,9 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.set_defaults(func=_launch)
 
     bench = sub.add_parser("bench", help="run a benchmark; prints one JSON object")
-    bench.add_argument(
-        "name", choices=["sim", "engine", "transport", "streamer", "driver", "faults", "scheduler"]
-    )
+    bench.add_argument("name", choices=BENCHMARKS)
     bench.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
     bench.add_argument(
         "--seconds", type=float, help="run length (sim, streamer: default 5; driver: 60)"
@@ -144,10 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", default="cpu", help="engine: cpu or cuda")
     bench.add_argument("--ckpt", help="scheduler: policy checkpoint directory")
     bench.add_argument(
-        "--tasks", nargs="+", default=["reach", "push", "pick", "dynamic_reach"], help="scheduler"
+        "--tasks", nargs="+", help="scheduler (default: all four), closed-loop (dynamic_reach pick)"
     )
-    bench.add_argument("--episodes", type=int, default=50, help="scheduler: episodes per task")
-    bench.add_argument("--seed", type=int, help="scheduler: first evaluation seed")
+    bench.add_argument(
+        "--episodes", type=int, help="episodes per task (scheduler: 50, closed-loop: 10)"
+    )
+    bench.add_argument(
+        "--delays", nargs="+", help="closed-loop: injected delays (0 100 200 300 heavy)"
+    )
+    bench.add_argument("--out", help="closed-loop: folder for the episode logs and the plot")
+    bench.add_argument("--seed", type=int, help="scheduler, closed-loop: first evaluation seed")
     bench.add_argument("--execute", type=int, help="scheduler: actions executed per chunk")
     bench.add_argument(
         "--config", help="scheduler: thresholds YAML (default config/scheduler.yaml)"

@@ -60,6 +60,15 @@ class NodeProcess:
                 print(f"[{self.name}] {line}", flush=True)
 
 
+def node_env(claim: DomainClaim, localhost_only: bool = True) -> dict[str, str]:
+    """The environment every node process of a stack starts with."""
+    env = claim.env(localhost_only=localhost_only)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("MUJOCO_GL", "egl")
+    env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
+    return env
+
+
 def start_node(spec: NodeSpec, env: dict[str, str], workdir: Path, echo: bool) -> NodeProcess:
     params = workdir / f"{spec.name}.params.yaml"
     params.write_text(params_file_content(spec))
@@ -158,10 +167,7 @@ def run_stack(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     claim = claim_domain(domain_id)
-    env = claim.env(localhost_only=localhost_only)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("MUJOCO_GL", "egl")
-    env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
+    env = node_env(claim, localhost_only)
     procs: list[NodeProcess] = []
     monitor = None
     died: NodeProcess | None = None

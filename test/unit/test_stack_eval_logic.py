@@ -84,3 +84,35 @@ def test_thread_counts_default_to_the_host_size():
     assert resolve_threads(3) == 3 and resolve_threads(0) == default_threads()
     with pytest.raises(ValueError, match="threads"):
         resolve_threads(-1)
+
+
+def test_closed_loop_targets():
+    from vla_runtime.bench.closed_loop import targets
+
+    def arm(success, time, stale=0):
+        return {"success_rate": success, "time_to_success_s": time, "stale_executed": stale}
+
+    pooled = {
+        "0": {"async_rtc": arm(0.8, 3.0)},
+        "200": {"async_rtc": arm(0.7, 3.4), "sync": arm(0.6, 5.0)},
+        "300": {"async_rtc": arm(0.75, 3.6)},
+        "heavy": {"async_rtc": arm(0.7, 3.5), "async": arm(0.6, 3.9), "sync": arm(0.5, 6.0)},
+    }
+    assert all(targets(pooled).values())
+    pooled["200"]["sync"] = arm(0.6, 4.5)  # 3.4 > 0.7 x 4.5
+    pooled["300"]["async_rtc"] = arm(0.65, 3.6)  # 0.15 below 0 ms
+    pooled["heavy"]["sync"] = arm(0.5, 6.0, stale=1)
+    met = targets(pooled)
+    assert met["200ms_async_rtc_success_ge_sync"]
+    assert not met["200ms_async_rtc_time_to_success_le_0.7_sync"]
+    assert not met["300ms_async_rtc_success_within_0.1_of_0ms"]
+    assert not met["heavy_tailed_stale_executed_0"]
+    assert set(targets({}).values()) == {None}
+
+
+def test_episode_messages_give_their_start_or_none():
+    from vla_runtime.core.topics import episode_start
+
+    assert episode_start('{"episode": 2, "seed": 7, "stamp": 12.5}') == 12.5
+    for bad in ("", "{}", '{"stamp": "soon"}', '{"stamp": NaN}', "[1]", "not json"):
+        assert episode_start(bad) is None

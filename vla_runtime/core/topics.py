@@ -55,3 +55,15 @@ def trajectory_command(controller: str) -> str:
 
 def forward_command(controller: str) -> str:
     return f"/{controller}/commands"
+
+
+def episode_start(text: str) -> float | None:
+    """The start stamp of an EPISODE message's JSON, or None when it is malformed."""
+    import json
+    import math
+
+    try:
+        start = float(json.loads(text)["stamp"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return start if math.isfinite(start) else None

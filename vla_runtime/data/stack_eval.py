@@ -57,6 +57,7 @@ class EpisodeRecord:
     reason: str = ""
     verdicts: dict = field(default_factory=dict)
     vetoes_by_reason: dict = field(default_factory=dict)
+    clips_by_reason: dict = field(default_factory=dict)
     retimed: int = 0
     engine_infer_ms: list = field(default_factory=list)
     capture_to_chunk_ms: list = field(default_factory=list)
@@ -82,10 +83,7 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
     n = len(records)
     verdicts = {v: sum(r.verdicts.get(v, 0) for r in records) for v in VERDICTS}
     chunks = sum(verdicts.values())
-    vetoes: dict[str, int] = {}
-    for r in records:
-        for kind, count in r.vetoes_by_reason.items():
-            vetoes[kind] = vetoes.get(kind, 0) + count
+    vetoes = _merge_counts(r.vetoes_by_reason for r in records)
     times = [r.time_to_success_s for r in records if r.success]
     streamer = [r.streamer for r in records if r.streamer]
 
@@ -110,6 +108,7 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         "verdicts": verdicts,
         "veto_rate": verdicts["veto"] / chunks if chunks else None,
         "vetoes_by_reason": dict(sorted(vetoes.items(), key=lambda kv: -kv[1])),
+        "clips_by_reason": _merge_counts(r.clips_by_reason for r in records),
         "retimed_chunks": sum(r.retimed for r in records),
         "stale_executed": total("stale_executed"),
         "stale_dropped": total("stale_dropped"),
@@ -155,42 +154,31 @@ class StackHarness:
     """The stack's processes (started as the launcher starts them) and an observer node."""
 
     def __init__(self, stack: Stack, record_motion: bool = False, echo: bool = False):
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import (
             DurabilityPolicy,
             QoSProfile,
             ReliabilityPolicy,
             qos_profile_sensor_data,
         )
-        from rclpy.signals import SignalHandlerOptions
 
-        from vla_runtime.launcher import start_node
+        from vla_runtime.launcher import node_env, start_node
+        from vla_runtime.nodes.runtime import private_node
+        from vla_runtime.nodes.task_driver import EpisodeClient
 
         self.stack = stack
         self.claim = claim_domain()
-        env = self.claim.env()
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        env.setdefault("MUJOCO_GL", "egl")
-        env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
+        env = node_env(self.claim)
         self._tmp = tempfile.TemporaryDirectory(prefix=f"vla_eval_{stack.name}_")
         self.procs = []
+        self._reader = None
         try:
             for spec in stack.nodes:
                 self.procs.append(start_node(spec, env, Path(self._tmp.name), echo))
-            self.context = Context()
-            rclpy.init(
-                context=self.context,
-                domain_id=self.claim.domain_id,
-                signal_handler_options=SignalHandlerOptions.NO,
-            )
-            self.node = rclpy.create_node("vla_eval", context=self.context)
-            self.executor = SingleThreadedExecutor(context=self.context)
-            self.executor.add_node(self.node)
+            self.context, self.node, self.executor = private_node("vla_eval", self.claim.domain_id)
         except BaseException:
             self.close()
             raise
+        self._episode_client = EpisodeClient(self.node)
         from diagnostic_msgs.msg import DiagnosticArray
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray, String
@@ -260,6 +248,11 @@ class StackHarness:
                 return f"node {p.name} exited with {p.popen.returncode}: {tail}"[:500]
         return None
 
+    def _tails(self) -> str:
+        """The last output line of every node: what a stalled stack was doing."""
+        lines = [f"{p.name}: {p.tail[-1]}" for p in self.procs if p.tail]
+        return (" | " + " | ".join(lines))[:1500] if lines else ""
+
     def spin_until(self, ready, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while not ready():
@@ -267,12 +260,12 @@ class StackHarness:
             if dead:
                 raise StackDied(dead)
             if time.monotonic() > deadline:
-                raise StackStalled(f"no {what} within {timeout_s:g} s")
+                raise StackStalled(f"no {what} within {timeout_s:g} s" + self._tails())
             self.executor.spin_once(timeout_sec=0.01)
 
     def reader(self, task: str) -> SceneReader:
         """Success detection on the driver's model (built once: compiling it takes seconds)."""
-        if getattr(self, "_reader", None) is None:
+        if self._reader is None:
             from vla_runtime.sim.tasks import TaskSimulator
 
             self._reader = SceneReader(TaskSimulator(task).model, scene_colours())
@@ -293,24 +286,8 @@ class StackHarness:
 
     def set_episode(self, seed: int) -> dict:
         """Start an episode with `seed`; returns the driver's announcement."""
-        from rcl_interfaces.msg import Parameter as ParameterMsg
-        from rcl_interfaces.msg import ParameterType, ParameterValue
-        from rcl_interfaces.srv import SetParameters
-
-        client = getattr(self, "_param_client", None)
-        if client is None:
-            client = self._param_client = self.node.create_client(
-                SetParameters, "/sim_driver/set_parameters"
-            )
-        self.spin_until(client.service_is_ready, STARTUP_TIMEOUT_S, "sim driver")
         announced = len(self.episodes)
-        value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))
-        request = SetParameters.Request(parameters=[ParameterMsg(name="episode_seed", value=value)])
-        future = client.call_async(request)
-        self.spin_until(future.done, STALL_TIMEOUT_S, "answer to the episode reset")
-        result = future.result().results[0]
-        if not result.successful:
-            raise RuntimeError(f"episode reset refused: {result.reason}")
+        self._episode_client.reset(seed, self.spin_until, STARTUP_TIMEOUT_S, STALL_TIMEOUT_S)
         self.spin_until(
             lambda: any(e["seed"] == seed for e in self.episodes[announced:]),
             STALL_TIMEOUT_S,
@@ -366,7 +343,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
         if outcome["t"] >= end:
             return True
         if time.monotonic() - outcome["progress_wall"] > STALL_TIMEOUT_S:
-            raise StackStalled(f"sim time stuck at {outcome['t']:.2f} s")
+            raise StackStalled(f"sim time stuck at {outcome['t']:.2f} s" + harness._tails())
         return False
 
     harness.spin_until(done, STALL_TIMEOUT_S + 10 * (end - t0), "episode end")
@@ -404,6 +381,9 @@ def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: flo
         if verdict == "veto":
             kind = reason_kind(reasons[-1] if reasons else "unknown")
             record.vetoes_by_reason[kind] = record.vetoes_by_reason.get(kind, 0) + 1
+        elif verdict == "clip":
+            for kind in map(reason_kind, reasons):
+                record.clips_by_reason[kind] = record.clips_by_reason.get(kind, 0) + 1
         if "retimed_s" in event:
             record.retimed += 1
         if event.get("check_ms"):

@@ -23,7 +23,6 @@ opening width of a two-finger gripper, the default for Franka; "mean"; or "none"
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import threading
@@ -430,9 +429,8 @@ class EngineNode(Node):
             self._mode = mode
 
     def _on_episode(self, msg: String) -> None:
-        try:
-            start = float(json.loads(msg.data)["stamp"])
-        except (ValueError, KeyError, TypeError):
+        start = topics.episode_start(msg.data)
+        if start is None:
             self._fail("input", f"episode message rejected: {msg.data[:200]!r}")
             return
         with self._lock:

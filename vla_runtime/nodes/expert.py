@@ -25,6 +25,7 @@ from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.data.collect import CAMERAS, CONTROL_DT, PHYSICS_STEPS, Frame
 from vla_runtime.nodes.process import popen_child
+from vla_runtime.nodes.runtime import private_node
 from vla_runtime.sim.tasks import TaskSimulator, make_setup
 
 STARTUP_TIMEOUT_S = 120.0
@@ -48,16 +49,12 @@ class SimStack:
         extra_nodes: list[tuple[str, list[str]]] = (),
         log_dir: str | Path | None = None,
     ):
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import (
             DurabilityPolicy,
             QoSProfile,
             ReliabilityPolicy,
             qos_profile_sensor_data,
         )
-        from rclpy.signals import SignalHandlerOptions
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float64MultiArray, String, UInt32
         from trajectory_msgs.msg import JointTrajectory
@@ -91,17 +88,9 @@ class SimStack:
                 module, *params = params
                 self._spawn(name, module, params)
 
-            self.context = Context()
-            # No rclpy signal handlers: Ctrl-C must raise KeyboardInterrupt in the collector's
-            # loop (which keeps every finished episode), not silently shut the context down.
-            rclpy.init(
-                context=self.context,
-                domain_id=self.claim.domain_id,
-                signal_handler_options=SignalHandlerOptions.NO,
+            self.context, self.node, self.executor = private_node(
+                "vla_collector", self.claim.domain_id
             )
-            self.node = rclpy.create_node("vla_collector", context=self.context)
-            self.executor = SingleThreadedExecutor(context=self.context)
-            self.executor.add_node(self.node)
         except BaseException:
             self.close()
             raise
@@ -207,23 +196,11 @@ class SimStack:
 
     def set_episode(self, seed: int) -> None:
         """New episode in the driver (a parameter service call: done when it returns)."""
-        from rcl_interfaces.msg import Parameter as ParameterMsg
-        from rcl_interfaces.msg import ParameterType, ParameterValue
-        from rcl_interfaces.srv import SetParameters
+        from vla_runtime.nodes.task_driver import EpisodeClient
 
-        client = getattr(self, "_param_client", None)
-        if client is None:
-            client = self._param_client = self.node.create_client(
-                SetParameters, "/sim_driver/set_parameters"
-            )
-        self.spin_until(lambda: client.service_is_ready(), STARTUP_TIMEOUT_S, "the sim driver")
-        value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))
-        request = SetParameters.Request(parameters=[ParameterMsg(name="episode_seed", value=value)])
-        future = client.call_async(request)
-        self.spin_until(future.done, STEP_TIMEOUT_S, "the episode reset")
-        result = future.result().results[0]
-        if not result.successful:
-            raise RuntimeError(f"episode reset refused: {result.reason}")
+        if getattr(self, "_episodes", None) is None:
+            self._episodes = EpisodeClient(self.node)
+        self._episodes.reset(seed, self.spin_until, STARTUP_TIMEOUT_S, STEP_TIMEOUT_S)
 
     def publish_instruction(self, text: str) -> None:
         from std_msgs.msg import String

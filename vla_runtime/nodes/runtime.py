@@ -19,8 +19,13 @@ from collections.abc import Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
+# Latest value kept for late joiners (scene, instruction, episode announcements).
+LATCHED = QoSProfile(
+    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+)
 SHUTDOWN_REPORT_S = 7.0  # the launcher escalates to SIGTERM after 10 s
 
 
@@ -77,6 +82,20 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return code
+
+
+def private_node(name: str, domain_id: int):
+    """(context, node, executor): a node of this process on `domain_id`, in a context of its
+    own, spun by the caller. No rclpy signal handlers: Ctrl-C must reach the caller's loop as
+    KeyboardInterrupt (which keeps what it has recorded), not shut the context down."""
+    from rclpy.context import Context
+
+    context = Context()
+    rclpy.init(context=context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node(name, context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    return context, node, executor
 
 
 class BackgroundSpinner:

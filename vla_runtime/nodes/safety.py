@@ -27,7 +27,7 @@ from builtin_interfaces.msg import Duration
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -45,12 +45,9 @@ from vla_runtime.core.safety.chunk_check import (
 )
 from vla_runtime.core.safety.gate import CommandGate, GateConfig
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.nodes.runtime import LATCHED, run_node
 
 ESTOP_RESET = "/vla/estop/reset"
-LATCHED = QoSProfile(
-    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
-)
 SCENE_STATE_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
@@ -215,9 +212,8 @@ class SafetyNode(Node):
         self.gate.reset(self._now())
 
     def _on_episode(self, msg: String) -> None:
-        try:
-            start = float(json.loads(msg.data)["stamp"])
-        except (ValueError, KeyError, TypeError):
+        start = topics.episode_start(msg.data)
+        if start is None:
             self._publish_events([{"event": "episode_rejected", "reason": msg.data[:200]}])
             return
         with self._wake:

@@ -29,7 +29,6 @@ each with a (throttled) warning.
 from __future__ import annotations
 
 import ctypes
-import json
 import math
 import sys
 import threading
@@ -39,7 +38,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.duration import Duration
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, String
@@ -51,7 +50,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
-from vla_runtime.nodes.runtime import ThrottledLog, run_node
+from vla_runtime.nodes.runtime import LATCHED, ThrottledLog, run_node
 
 TICK_SOURCES = ("auto", "thread", "timer")
 REQUEST_PREFIX = "req:"
@@ -158,12 +157,7 @@ class StreamerNode(Node):
         )
         if self.speed_scaling_topic:
             self.create_subscription(Float64, self.speed_scaling_topic, self._on_speed_scaling, 10)
-        latched = QoSProfile(
-            depth=1,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
-        self.create_subscription(String, topics.EPISODE, self._on_episode, latched)
+        self.create_subscription(String, topics.EPISODE, self._on_episode, LATCHED)
         self.create_timer(stats_period_s, self.publish_stats)
 
         self._stop = threading.Event()
@@ -272,9 +266,8 @@ class StreamerNode(Node):
     def _on_episode(self, msg: String) -> None:
         """A new episode: publish the last one's figures, then start again from the first
         joint state measured after the reset (the arm was moved by the reset, not by us)."""
-        try:
-            start = float(json.loads(msg.data)["stamp"])
-        except (ValueError, KeyError, TypeError):
+        start = topics.episode_start(msg.data)
+        if start is None:
             self._warn(f"episode message rejected: {msg.data[:200]!r}")
             return
         if self.streamer is not None:

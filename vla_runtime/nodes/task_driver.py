@@ -28,11 +28,36 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.drivers.sim.node import LATCHED, SimDriverNode
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.drivers.sim.node import SimDriverNode
+from vla_runtime.nodes.runtime import LATCHED, run_node
 from vla_runtime.sim.tasks import TASKS, TaskSimulator
 
 REARM_TOLERANCE = 0.05  # rad, the safety gate's start tolerance
+
+
+class EpisodeClient:
+    """Starts episodes in a running task driver: sets its `episode_seed` parameter (a service
+    call; the episode is reset when it returns). `spin_until(ready, timeout_s, what)` is the
+    caller's spin loop."""
+
+    def __init__(self, node, driver: str = "sim_driver"):
+        from rcl_interfaces.srv import SetParameters
+
+        self._client = node.create_client(SetParameters, f"/{driver}/set_parameters")
+
+    def reset(self, seed: int, spin_until, ready_timeout_s: float, call_timeout_s: float):
+        from rcl_interfaces.msg import Parameter as ParameterMsg
+        from rcl_interfaces.msg import ParameterType, ParameterValue
+        from rcl_interfaces.srv import SetParameters
+
+        spin_until(self._client.service_is_ready, ready_timeout_s, "the sim driver")
+        value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))
+        request = SetParameters.Request(parameters=[ParameterMsg(name="episode_seed", value=value)])
+        future = self._client.call_async(request)
+        spin_until(future.done, call_timeout_s, "the episode reset")
+        result = future.result().results[0]
+        if not result.successful:
+            raise RuntimeError(f"episode reset refused: {result.reason}")
 
 
 class TaskSimDriverNode(SimDriverNode):

@@ -29,7 +29,7 @@ import time
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64, Float64MultiArray, String, UInt32
@@ -38,7 +38,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.nodes.runtime import LATCHED, run_node
 from vla_runtime.sim.scene import SceneConfig
 from vla_runtime.sim.simulator import Simulator
 
@@ -46,9 +46,6 @@ from vla_runtime.sim.simulator import Simulator
 # stops trying to catch up and rebases, so it never bursts through seconds of backlog.
 MAX_LAG_S = 0.25
 RTF_WINDOW_S = 2.0  # wall seconds over which the achieved real-time factor is measured
-LATCHED = QoSProfile(
-    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
-)
 BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 
