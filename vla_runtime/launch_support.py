@@ -42,6 +42,7 @@ def stack_launch_description(stack_name: str) -> LaunchDescription:
                 remappings=list(node.remappings),
                 output="screen",
                 emulate_tty=True,
+                prefix=f"nice -n {node.nice}" if node.nice else None,
             )
             for node in stack.nodes
         ]

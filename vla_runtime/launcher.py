@@ -75,6 +75,7 @@ def start_node(spec: NodeSpec, env: dict[str, str], workdir: Path, echo: bool) -
     cmd = [sys.executable, "-m", node_module(spec.executable), *ros_arguments(spec, str(params))]
     popen = popen_child(
         cmd,
+        nice=spec.nice,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

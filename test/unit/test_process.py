@@ -34,3 +34,9 @@ def test_child_dies_with_its_parent():
 def test_popen_child_is_a_normal_popen():
     proc = popen_child([sys.executable, "-c", "print('hi')"], stdout=subprocess.PIPE, text=True)
     assert proc.communicate(timeout=30)[0] == "hi\n" and proc.returncode == 0
+
+
+def test_popen_child_adds_niceness():
+    script = "import os; print(os.nice(0))"
+    proc = popen_child([sys.executable, "-c", script], nice=3, stdout=subprocess.PIPE, text=True)
+    assert int(proc.communicate(timeout=30)[0]) == min(19, os.nice(0) + 3)

@@ -119,3 +119,15 @@ def test_ros_arguments_and_params_file():
     assert argv[:5] == ["--ros-args", "-r", "__node:=scene_camera", "--params-file", "/tmp/p.yaml"]
     params = yaml.safe_load(params_file_content(node))
     assert params["/**"]["ros__parameters"]["camera_name"] == "scene"
+
+
+def test_node_niceness(tmp_path):
+    stack = tmp_path / "n.yaml"
+    stack.write_text(
+        "nodes:\n  - {name: a, executable: x, nice: 5}\n  - {name: b, executable: y}\n"
+    )
+    a, b = resolve_stack(stack).nodes
+    assert (a.nice, b.nice) == (5, 0)
+    stack.write_text("nodes:\n  - {name: a, executable: x, nice: 40}\n")
+    with pytest.raises(StackError, match="nice must be an integer"):
+        resolve_stack(stack)

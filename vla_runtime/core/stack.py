@@ -19,6 +19,7 @@ Format::
                                      # (either may list several: [a, b] = all of them)
         parameters: {robot: $(arg robot), seed: 0}
         remappings: {/from: /to}
+        nice: 5                      # optional: lower the process's CPU priority
     refuse:                          # optional: argument combinations that cannot run
       - {if: use_sim, message: why not}
     report:
@@ -48,6 +49,7 @@ class NodeSpec:
     executable: str
     parameters: dict[str, Any] = field(default_factory=dict)
     remappings: tuple[tuple[str, str], ...] = ()
+    nice: int = 0  # scheduling niceness added to the process (-20..19)
 
 
 @dataclass(frozen=True)
@@ -181,12 +183,17 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         params = {"use_sim_time": use_sim_time}
         params.update(substitute(entry.get("parameters") or {}, args))
         remaps = substitute(entry.get("remappings") or {}, args)
+        nice = substitute(entry.get("nice", 0), args)
+        if isinstance(nice, bool) or not isinstance(nice, int) or not -20 <= nice <= 19:
+            raise StackError(f"stack {name!r} node {entry['name']!r}: nice must be an integer "
+                             f"in [-20, 19], got {nice!r}")  # fmt: skip
         nodes.append(
             NodeSpec(
                 name=entry["name"],
                 executable=entry["executable"],
                 parameters=params,
                 remappings=tuple((str(k), str(v)) for k, v in remaps.items() if k != v),
+                nice=nice,
             )
         )
     if not nodes:

@@ -192,9 +192,13 @@ class SimDriverNode(Node):
         while self._running:
             now = time.perf_counter()
             if self.rtf > 0.0:
-                due = round((sim0 + (now - wall0) * self.rtf - self.sim.time) / dt)
+                # Under the lock: an episode reset rewinds the time to 0 while it rebuilds the
+                # scene, and a rebase on that would pause physics for the whole sim time so far.
+                with self._lock:
+                    t = self.sim.time
+                due = round((sim0 + (now - wall0) * self.rtf - t) / dt)
                 if due > batch_cap:  # too far behind: rebase instead of bursting
-                    wall0, sim0 = now, self.sim.time
+                    wall0, sim0 = now, t
                     due = batch_cap
                 if due <= 0:
                     time.sleep(dt / self.rtf)
