@@ -296,3 +296,18 @@ def test_output_keeps_a_margin_below_the_joint_limits():
     assert (np.abs(np.diff(v, axis=0)) / T <= 0.9 * A * (1 + 1e-6)).all()
     with pytest.raises(ValueError, match="limit_fraction"):
         CommandGate(ROBOT, GateConfig(limit_fraction=0.0))
+
+
+def test_ticks_fired_back_to_back_are_skipped_unless_the_clock_runs_fast():
+    from vla_runtime.core.safety.gate import TickPacer
+
+    pacer = TickPacer(0.01)
+    # real time: ticks every 10 ms, then a starved process fires three at once
+    walls = [0.01 * k for k in range(200)] + [2.0, 2.0005, 2.001]
+    due = [pacer.due(w, w) for w in walls]
+    assert all(due[:200]) and due[200:] == [True, False, False] and pacer.skipped == 2
+    # a simulation at 10x real time ticks every 1 ms of wall time: once its rate is measured
+    # (the first window), every tick is due
+    fast = TickPacer(0.01)
+    due = [fast.due(0.001 * k, 0.01 * k) for k in range(3000)]
+    assert fast.rate == pytest.approx(10.0) and all(due[300:])

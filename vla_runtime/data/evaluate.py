@@ -329,8 +329,12 @@ def eval_main(argv: list[str] | None = None) -> int:
             if not sep or not name:
                 parser.error(f"--set {item!r}: expected NAME:=VALUE")
             overrides[name] = coerce_scalar(value)
+        try:
+            image_size = checkpoint_image_size(args.ckpt)
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc!r})")
         overrides.update(checkpoint=os.path.abspath(args.ckpt), stream_mode=args.mode,
-                         image_size=checkpoint_image_size(args.ckpt))  # fmt: skip
+                         image_size=image_size)  # fmt: skip
         if args.backend:
             overrides["backend"] = args.backend
         if args.scheduler:

@@ -248,6 +248,13 @@ class StackHarness:
                 return f"node {p.name} exited with {p.popen.returncode}: {tail}"[:500]
         return None
 
+    def forget_reports(self) -> None:
+        """Drop what the stack reported so far (between episodes: each episode's figures are
+        taken from what arrives during it)."""
+        for reports in (self.safety_events, self.driver_events, self.engine_stats,
+                        self.streamer_stats, self.motion):  # fmt: skip
+            reports.clear()
+
     def _tails(self) -> str:
         """The last output line of every node: what a stalled stack was doing."""
         lines = [f"{p.name}: {p.tail[-1]}" for p in self.procs if p.tail]
@@ -442,7 +449,13 @@ def eval_stack(
     seeds = [seed + k for k in range(episodes) if seed + k not in done]
     records = [done[s] for s in sorted(done) if seed <= s < seed + episodes]
     harness = None
-    motion, marks = [], []
+    motion, marks, events = [], [], []
+
+    def keep_for_the_plot(harness: StackHarness) -> None:
+        motion.extend(harness.motion)
+        events.extend(e for e in harness.safety_events if e.get("event") == "chunk")
+        harness.forget_reports()
+
     bar = tqdm(total=episodes, initial=len(records), desc=f"eval {task}", disable=not progress)
     try:
         for s in seeds:
@@ -454,11 +467,12 @@ def eval_stack(
             except (StackDied, StackStalled) as exc:
                 outcome = "stack_died" if isinstance(exc, StackDied) else "stalled"
                 record = EpisodeRecord(s, outcome, False, None, 0.0, 0.0, reason=str(exc))
-                motion += harness.motion
+                keep_for_the_plot(harness)
                 harness.close()
                 harness = None  # restarted for the next episode
             else:
                 marks.append((s, record, harness.episodes[-1]["stamp"]))
+                keep_for_the_plot(harness)
             records.append(record)
             if out is not None:
                 with out.open("a") as f:
@@ -469,11 +483,7 @@ def eval_stack(
     finally:
         bar.close()
         if harness is not None:
-            motion += harness.motion
-            events = [e for e in harness.safety_events if e.get("event") == "chunk"]
             harness.close()
-        else:
-            events = []
     if plot is not None and motion:
         from vla_runtime.data.stack_plot import plot_run
 

@@ -43,7 +43,7 @@ from vla_runtime.core.safety.chunk_check import (
     ChunkChecker,
     Verdict,
 )
-from vla_runtime.core.safety.gate import CommandGate, GateConfig
+from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
 from vla_runtime.nodes.runtime import LATCHED, run_node
 
@@ -151,8 +151,7 @@ class SafetyNode(Node):
         self.add_on_set_parameters_callback(self._on_parameters)
 
         self._chunks_received = 0
-        self._last_tick = -math.inf
-        self.ticks_skipped = 0
+        self._pacer = TickPacer(gate_config.period)
         self._pending: tuple[int, JointTrajectory, float] | None = None
         self._wake = threading.Condition()
         self._running = True
@@ -260,16 +259,10 @@ class SafetyNode(Node):
     def _tick(self) -> None:
         if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down between callbacks
             return
-        # A starved process fires its missed timer periods back to back: the gate steps one
-        # period per output, so outputs closer together (in wall time: when they reach the
-        # arm) than half a period would move it faster than the limits the gate enforces. Skip
-        # them; the arm lags instead.
-        wall = time.monotonic()
-        if wall - self._last_tick < 0.5 * self.gate.config.period:
-            self.ticks_skipped += 1
+        now = self._now()
+        if not self._pacer.due(time.monotonic(), now):  # a burst of late ticks
             return
-        self._last_tick = wall
-        out = self.gate.tick(self._now())
+        out = self.gate.tick(now)
         if out.arm is not None:
             self._arm_pub.publish(self._arm_message(out.arm))
         if out.gripper is not None and self._gripper_pub is not None:

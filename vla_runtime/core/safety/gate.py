@@ -314,3 +314,33 @@ def _braking_speed(distance: np.ndarray, dv: np.ndarray, period: float) -> np.nd
     `distance` (discrete: the distance covered is period * (v + (v - dv) + ...))."""
     half = 0.5 * dv
     return -half + np.sqrt(half * half + 2.0 * distance * dv / period)
+
+
+class TickPacer:
+    """Whether a control tick should produce an output: a starved process fires its missed
+    timer periods back to back, and the gate steps one period per output, so outputs closer
+    together (in wall time, when they reach the arm) than half a period would move the arm
+    faster than the limits the gate enforces; those ticks are skipped (the arm lags instead).
+    The spacing is scaled by how fast the tick clock runs against wall time (a simulation
+    faster than real time ticks closer together in wall time on purpose)."""
+
+    def __init__(self, period: float, window_s: float = 0.25):
+        self.period, self.window_s = period, window_s
+        self.rate = 1.0  # tick-clock seconds per wall second, measured over `window_s`
+        self.skipped = 0
+        self._last_wall = -math.inf
+        self._anchor: tuple[float, float] | None = None
+
+    def due(self, wall: float, clock: float) -> bool:
+        if self._anchor is None:
+            self._anchor = (wall, clock)
+        elif wall - self._anchor[0] >= self.window_s:
+            advanced = clock - self._anchor[1]
+            if advanced > 0.0:
+                self.rate = advanced / (wall - self._anchor[0])
+            self._anchor = (wall, clock)
+        if wall - self._last_wall < 0.5 * self.period / max(self.rate, 1e-3):
+            self.skipped += 1
+            return False
+        self._last_wall = wall
+        return True
