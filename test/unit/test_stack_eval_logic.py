@@ -16,6 +16,7 @@ def test_reasons_are_counted_without_their_numbers_and_joints():
                        "allowed 0.055") == "discontinuous start"  # fmt: skip
     assert reason_kind("needs 3.20x slower (> 3.0): velocity_ratio") == "needs"
     assert reason_kind("joint limit fr3_joint4 at point 3") == "joint limit"
+    assert reason_kind("table clearance at point 4") == "table clearance"
     assert reason_kind("consequence: collision with the table") == "consequence"
 
 

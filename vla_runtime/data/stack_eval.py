@@ -43,6 +43,7 @@ def reason_kind(reason: str) -> str:
     """A reason without its numbers and joint names: what vetoes are counted by."""
     kind = reason.split(":")[0]
     kind = re.sub(r"\s+(fr3_|panda_|ur_|shoulder|elbow|wrist)\S*.*$", "", kind)
+    kind = re.sub(r"\s+at point\b.*$", "", kind)
     return re.sub(r"\s*[\d.]+.*$", "", kind).strip() or reason[:40]
 
 
