@@ -305,12 +305,9 @@ class StackHarness:
 
     def close(self) -> None:
         from vla_runtime.launcher import stop_nodes
+        from vla_runtime.nodes.runtime import close_private_node
 
-        node = getattr(self, "node", None)
-        if node is not None:
-            node.destroy_node()
-            self.context.try_shutdown()
-            self.node = None
+        close_private_node(self)
         stop_nodes(self.procs)
         self.claim.release()
         self._tmp.cleanup()

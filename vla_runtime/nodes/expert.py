@@ -25,7 +25,7 @@ from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.data.collect import CAMERAS, CONTROL_DT, PHYSICS_STEPS, Frame
 from vla_runtime.nodes.process import popen_child
-from vla_runtime.nodes.runtime import private_node
+from vla_runtime.nodes.runtime import close_private_node, private_node
 from vla_runtime.sim.tasks import TaskSimulator, make_setup
 
 STARTUP_TIMEOUT_S = 120.0
@@ -137,11 +137,7 @@ class SimStack:
                 raise RuntimeError(f"node {name} exited with {process.returncode}:\n{log}")
 
     def close(self) -> None:
-        node = getattr(self, "node", None)
-        if node is not None:
-            node.destroy_node()
-            self.context.try_shutdown()
-            self.node = None
+        close_private_node(self)
         for _, process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)

@@ -98,6 +98,16 @@ def private_node(name: str, domain_id: int):
     return context, node, executor
 
 
+def close_private_node(owner) -> None:
+    """Destroy `owner.node` and shut its `owner.context` down (once; a missing node is fine:
+    its creation failed)."""
+    node = getattr(owner, "node", None)
+    if node is not None:
+        node.destroy_node()
+        owner.context.try_shutdown()
+        owner.node = None
+
+
 class BackgroundSpinner:
     """Spins nodes in a daemon thread (a spin_once loop) for code that keeps its own main
     thread: the launcher's run monitor, benchmark recorders, tests. Also a context manager."""
