@@ -307,7 +307,17 @@ def test_ticks_fired_back_to_back_are_skipped_unless_the_clock_runs_fast():
     due = [pacer.due(w, w) for w in walls]
     assert all(due[:200]) and due[200:] == [True, False, False] and pacer.skipped == 2
     # a simulation at 10x real time ticks every 1 ms of wall time: once its rate is measured
-    # (the first window), every tick is due
+    # (two windows), every tick is due
     fast = TickPacer(0.01)
     due = [fast.due(0.001 * k, 0.01 * k) for k in range(3000)]
-    assert fast.rate == pytest.approx(10.0) and all(due[300:])
+    assert fast.rate == pytest.approx(10.0) and all(due[1100:])
+    # a starved process catching up on its clock (a slow window, then a fast one) keeps the
+    # real-time spacing: its burst of ticks is still thinned out
+    starved = TickPacer(0.01)
+    for k in range(100):  # 1 s of real time
+        starved.due(0.01 * k, 0.01 * k)
+    starved.due(1.5, 1.0)  # a window in which the clock hardly advanced
+    starved.due(2.0, 2.0)  # then one in which it jumped ahead
+    assert starved.rate == 1.0
+    burst = [starved.due(2.0 + 0.0005 * k, 2.0 + 0.004 * k) for k in range(1, 5)]
+    assert burst.count(True) <= 1

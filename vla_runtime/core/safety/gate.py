@@ -320,26 +320,31 @@ class TickPacer:
     """Whether a control tick should produce an output: a starved process fires its missed
     timer periods back to back, and the gate steps one period per output, so outputs closer
     together (in wall time, when they reach the arm) than half a period would move the arm
-    faster than the limits the gate enforces; those ticks are skipped (the arm lags instead).
-    The spacing is scaled by how fast the tick clock runs against wall time (a simulation
-    faster than real time ticks closer together in wall time on purpose)."""
+    faster than the limits it enforces; those ticks are skipped (the arm lags instead).
 
-    def __init__(self, period: float, window_s: float = 0.25):
+    A simulation faster than real time ticks closer together in wall time on purpose: the
+    spacing is divided by the tick clock's rate against wall time, measured over windows of
+    `window_s`. The smaller of the last two windows counts, and never less than real time, so
+    a starved process catching up on its clock (a slow window, then a fast one) keeps the
+    real-time spacing."""
+
+    def __init__(self, period: float, window_s: float = 0.5):
         self.period, self.window_s = period, window_s
-        self.rate = 1.0  # tick-clock seconds per wall second, measured over `window_s`
+        self.rate = 1.0  # tick-clock seconds per wall second that the spacing assumes
         self.skipped = 0
         self._last_wall = -math.inf
         self._anchor: tuple[float, float] | None = None
+        self._previous_rate = 1.0
 
     def due(self, wall: float, clock: float) -> bool:
         if self._anchor is None:
             self._anchor = (wall, clock)
         elif wall - self._anchor[0] >= self.window_s:
-            advanced = clock - self._anchor[1]
-            if advanced > 0.0:
-                self.rate = advanced / (wall - self._anchor[0])
+            measured = (clock - self._anchor[1]) / (wall - self._anchor[0])
+            self.rate = max(1.0, min(measured, self._previous_rate))
+            self._previous_rate = measured
             self._anchor = (wall, clock)
-        if wall - self._last_wall < 0.5 * self.period / max(self.rate, 1e-3):
+        if wall - self._last_wall < 0.5 * self.period / self.rate:
             self.skipped += 1
             return False
         self._last_wall = wall
