@@ -303,3 +303,50 @@ def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
     assert proc.returncode == 0, output
     assert "reflex on /fr3_arm_controller/joint_trajectory: joint_velocity_violation" in output
     assert "recovered from joint_velocity_violation" in output
+
+
+@pytest.mark.integration
+def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_from_home(
+    rclpy_context, tmp_path
+):
+    """After an episode reset the arm is home again. A command still aimed at the old pose is
+    ignored (and reported); a whole chunk as one trajectory, starting at home and ending far
+    from it (the lock-step evaluation sends these), runs."""
+    from vla_runtime.nodes.task_driver import EpisodeClient
+
+    log = tmp_path / "task_driver.log"
+    proc = start_node("vla_runtime.nodes.task_driver", log, "task:=reach")
+    probe = Probe(rclpy_context)
+    episodes = EpisodeClient(probe.node)
+
+    def spin_until(ready, timeout_s, what):
+        probe.spin_until(ready, what, timeout_s)
+
+    away = HOME + np.array([0.3, 0.2, 0.0, 0.2, 0.0, 0.0, 0.0])
+    try:
+        probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
+        probe.connected(probe.trajectory)
+        probe.send_trajectory(ARM, away, 1.5)
+        probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the arm away from home")
+        episodes.reset(1, spin_until, WAIT_S, WAIT_S)
+        probe.spin_until(lambda: np.abs(probe.arm - HOME).max() < 0.01, "the arm home")
+
+        probe.send_trajectory(ARM, away + 0.01, 0.5)  # meant for the pose before the reset
+        event = probe.next_event("the ignored command")
+        assert event["event"] == "ignored" and event["reason"].startswith("command from before")
+        probe.spin_sim(0.5)
+        assert np.abs(probe.arm - HOME).max() < 0.01
+
+        chunk = JointTrajectory(joint_names=ARM)
+        for k in range(16):  # 0.05 s apart, from home to `away`: 0.3 rad in 0.75 s
+            q = HOME + (away - HOME) * k / 15
+            sec, nanosec = divmod(round(0.05 * k * 1e9), 10**9)
+            chunk.points.append(JointTrajectoryPoint(
+                positions=q.tolist(), time_from_start=Duration(sec=sec, nanosec=nanosec)))  # fmt: skip
+        probe.trajectory.publish(chunk)
+        probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the chunk to run")
+        assert [e["event"] for e in probe.events] == ["ignored"], probe.events
+    finally:
+        probe.close()
+        output = stop_node(proc, log)[1]
+    assert proc.returncode == 0, output

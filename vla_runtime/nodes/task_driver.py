@@ -11,9 +11,9 @@ the next /sim/step. Each episode start is announced on /vla/episode and its inst
 
 A reset moves the arm home under the feet of whatever was streaming to it: forward position
 commands still in flight aim at the old pose. Like a real controller that only starts from the
-current state, the driver ignores (and reports) forward commands farther than
-`REARM_TOLERANCE` from the new setpoint until one agrees with it, instead of judging that
-stale stream as a velocity violation.
+current state, the driver ignores (and reports) commands that start farther than
+`REARM_TOLERANCE` from the new setpoint (a forward command's position, a trajectory's first
+point) until one agrees with it, instead of judging that stale stream as a velocity violation.
 """
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ class TaskSimDriverNode(SimDriverNode):
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         arm_joints = self.sim.robot.joints
         names = list(msg.joint_names)
-        target = None
+        start = None  # a trajectory starts from the arm: its first point says which pose
         if msg.points and all(j in names for j in arm_joints):
-            last = msg.points[-1].positions
-            if len(last) == len(names):
-                target = [last[names.index(j)] for j in arm_joints]
-        if target is None or not self._from_before_reset(target, "trajectory"):
+            first = msg.points[0].positions
+            if len(first) == len(names):
+                start = [first[names.index(j)] for j in arm_joints]
+        if start is None or not self._from_before_reset(start, "trajectory"):
             super()._on_trajectory(msg)
 
     def _on_parameters(self, params: list[Parameter]) -> SetParametersResult:
