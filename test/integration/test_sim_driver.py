@@ -341,8 +341,8 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
         for k in range(16):  # 0.05 s apart, from home to `away`: 0.3 rad in 0.75 s
             q = HOME + (away - HOME) * k / 15
             sec, nanosec = divmod(round(0.05 * k * 1e9), 10**9)
-            chunk.points.append(JointTrajectoryPoint(
-                positions=q.tolist(), time_from_start=Duration(sec=sec, nanosec=nanosec)))  # fmt: skip
+            start = Duration(sec=sec, nanosec=nanosec)
+            chunk.points.append(JointTrajectoryPoint(positions=q.tolist(), time_from_start=start))
         probe.trajectory.publish(chunk)
         probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the chunk to run")
         assert [e["event"] for e in probe.events] == ["ignored"], probe.events
