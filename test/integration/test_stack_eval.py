@@ -31,3 +31,15 @@ def test_a_run_that_executed_no_chunk_exits_non_zero_with_the_reason(tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["seed"] for r in records] == [90000]
     assert records[0]["outcome"] == "timeout"
+
+
+@pytest.mark.integration
+def test_lockstep_ablation_runs_the_stack_files_nodes_and_the_shipped_policy_succeeds(ros_domain):
+    """`eval --via jtc`: the sim stack's driver, cameras and engine in lock-step, each chunk
+    sent whole to the JTC. Deterministic: the shipped policy touches the cube on this seed."""
+    from vla_runtime.core.paths import shipped_checkpoint
+    from vla_runtime.data.evaluate import evaluate_stack
+
+    summary = evaluate_stack(str(shipped_checkpoint()), "reach", 1, seed=90000, progress=False)
+    assert summary["success_rate"] == 1.0, summary
+    assert summary["modes"] == {"v0d0": 1.0}

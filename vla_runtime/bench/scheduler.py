@@ -25,15 +25,13 @@ def _arm(checkpoint, task, episodes, seed, execute, progress, scheduled, config_
     from vla_runtime.data.evaluate import evaluate_stack
 
     if scheduled:
-        scheduler = ["vla_runtime.nodes.scheduler", f"config:={config_path}",
-                     "use_sim_time:=true"]  # fmt: skip
         return evaluate_stack(
             checkpoint, task, episodes, seed, execute, progress,
-            extra_nodes=[("scheduler", scheduler)],
+            scheduler={"config": config_path},
         )  # fmt: skip
     return evaluate_stack(
         checkpoint, task, episodes, seed, execute, progress,
-        engine_params=(f"compute_mode:={FULL_MODE}",),
+        engine_params={"compute_mode": FULL_MODE},
     )  # fmt: skip
 
 

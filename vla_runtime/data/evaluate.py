@@ -177,14 +177,15 @@ def evaluate_in_process(
 
 def evaluate_stack(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
-    execute: int = DEFAULT_EXECUTE, progress: bool = True, log_dir=None, realtime: bool = False,
-    engine_params: tuple[str, ...] = (), extra_nodes: tuple = (), noise_scale: float | None = None,
+    execute: int = DEFAULT_EXECUTE, progress: bool = True, realtime: bool = False,
+    engine_params: dict | None = None, scheduler: dict | None = None,
+    noise_scale: float | None = None,
 ) -> dict:  # fmt: skip
-    """`engine_params`: more engine parameters (name:=value); `extra_nodes`: more
-    (name, [module, name:=value…]) processes on the stack (e.g. the scheduler).
-    Lock-step by default; `realtime`: the driver runs at real-time factor 1, so the engine's
-    latency passes in sim time too (the chunk's first actions may already be past when it
-    arrives: the JTC joins the trajectory at the current time, as ros2_control's does)."""
+    """The sim stack's driver, cameras and engine (`engine_params`: more engine parameters);
+    `scheduler`: also its scheduler node, with these parameters. Lock-step by default;
+    `realtime`: the driver runs at real-time factor 1, so the engine's latency passes in sim
+    time too (the chunk's first actions may already be past when it arrives: the JTC joins the
+    trajectory at the current time, as ros2_control's does)."""
     from diagnostic_msgs.msg import DiagnosticArray
     from tqdm import tqdm
     from trajectory_msgs.msg import JointTrajectory
@@ -197,13 +198,15 @@ def evaluate_stack(
     spec = loaded.spec
     noise_scale = policy_options(loaded, {"noise_scale": noise_scale}).get("noise_scale", 1.0)
     size = spec.cameras[0].height
-    engine = [
-        "vla_runtime.nodes.engine", f"checkpoint:={os.path.abspath(checkpoint)}",
-        "run_mode:=on_request", "use_sim_time:=true", "plan_guidance:=false",
-        f"noise_scale:={float(noise_scale)}", *engine_params,
-    ]  # fmt: skip
-    nodes = [("engine", engine), *extra_nodes]
-    env = RosEnv(task, size, realtime, log_dir=log_dir, extra_nodes=nodes)
+    # The harness forwards whole chunks: no plan to guide the next one with.
+    arguments = {"checkpoint": os.path.abspath(checkpoint), "plan_guidance": False,
+                 "scheduler": scheduler is not None}  # fmt: skip
+    parameters = {
+        "engine": {"noise_scale": float(noise_scale), **(engine_params or {})},
+        "scheduler": scheduler or {},
+    }
+    nodes = ("engine", "scheduler") if scheduler is not None else ("engine",)
+    env = RosEnv(task, size, realtime, nodes, arguments, parameters)
     stack = env.stack
     chunks: list = []
     stack.node.create_subscription(JointTrajectory, topics.ACTION_CHUNK, chunks.append, 10)

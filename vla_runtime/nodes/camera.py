@@ -6,8 +6,9 @@ Sources (parameter `source`):
 - "sim": renders an MJCF camera of the simulated scene from /sim/scene_xml + /sim/scene_state,
   stamped with the sim time of the state it shows.
 
-`fps` caps the publish rate; 0 (the default) means the source's own rate: the file's fps,
-whatever the device delivers, 15 Hz for sim (and for a file that does not state its fps).
+`fps` caps the publish rate; 0 (the default) means the source's own rate: the file's fps
+(15 Hz for a file that does not state it), whatever the device delivers, and for sim a frame
+of every scene state (in lock-step: one per step batch).
 A camera that is missing or stops delivering is reported (warning + /diagnostics) and retried
 every `retry_period_s`; the node never exits because of it.
 """
@@ -44,7 +45,7 @@ from vla_runtime.drivers.cameras import (
 from vla_runtime.nodes.runtime import run_node
 
 SOURCES = ("sim", "device", "file")
-DEFAULT_FPS = 15.0  # sim cameras, and files whose fps is unknown
+DEFAULT_FPS = 15.0  # files whose fps is unknown
 SIM_DEFAULT_SIZE = (224, 224)
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
@@ -285,7 +286,8 @@ class CameraNode(Node):
         self.create_subscription(
             Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, qos_profile_sensor_data
         )
-        self.create_timer(1.0 / (self.fps or DEFAULT_FPS), self._render_sim)
+        if self.fps > 0:
+            self.create_timer(1.0 / self.fps, self._render_sim)
         self._set_status(WARN, f"waiting for the scene on {topics.SIM_SCENE_XML}")
 
     def _on_scene_xml(self, msg: String) -> None:
@@ -313,6 +315,8 @@ class CameraNode(Node):
             return
         if self._sim is not None:
             self._sim.update(values[0], values[1:])
+            if self.fps == 0:  # the sim's own rate: a frame of every state
+                self._render_sim()
 
     def _render_sim(self) -> None:
         if self._sim is None:

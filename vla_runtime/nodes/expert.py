@@ -1,21 +1,19 @@
 """The collection/evaluation side of the simulated node stack, over the runtime's own topics.
 
-`SimStack` starts the task sim driver and one sim camera node per camera as processes on a ROS
-domain of its own (plus any extra nodes, e.g. the engine for evaluation) and holds an rclpy node
-that sees what the policy would see: camera images, /joint_states, /sim/scene_state (the known
-state scripted experts and success detectors use). `RosEnv` is the collector's environment on
+`SimStack` starts the task sim driver and the sim cameras of `config/stacks/sim.yaml` as
+processes on a ROS domain of its own (plus any of its policy nodes, e.g. the engine for the
+lock-step evaluation) and holds an rclpy node that sees what the policy would see: camera
+images, /joint_states, /sim/scene_state (the known state scripted experts and success detectors
+use). `RosEnv` is the collector's environment on
 top of it: each action goes out as a one-point JointTrajectory on the arm controller topic, the
 instruction on /vla/instruction, and in lock-step one control period of physics per /sim/step.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +21,9 @@ import numpy as np
 from vla_runtime.core import topics
 from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
-from vla_runtime.data.collect import CAMERAS, CONTROL_DT, PHYSICS_STEPS, Frame
-from vla_runtime.nodes.process import popen_child
+from vla_runtime.core.stack import Stack, resolve_stack
+from vla_runtime.data.collect import CONTROL_DT, PHYSICS_STEPS, Frame
+from vla_runtime.launcher import NodeProcess, node_env, start_node, stop_nodes
 from vla_runtime.nodes.runtime import close_private_node, private_node
 from vla_runtime.sim.tasks import TaskSimulator, make_setup
 
@@ -37,17 +36,54 @@ def _stamp(msg_stamp) -> float:
     return msg_stamp.sec + msg_stamp.nanosec * 1e-9
 
 
+def sim_stack(
+    task: str,
+    image_size: int,
+    lockstep: bool,
+    nodes: tuple[str, ...] = (),
+    arguments: dict | None = None,
+    parameters: dict[str, dict] | None = None,
+) -> Stack:
+    """The sim stack as this harness runs it: the driver, the cameras and the policy nodes
+    named in `nodes` (the harness stands in for the others). In lock-step every step batch
+    ends in one scene state and one frame of it per camera; in real time the cameras render
+    once per control period."""
+    period_hz = 1.0 / CONTROL_DT
+    timing = (
+        {"camera_fps": 0.0, "scene_state_rate_hz": period_hz}
+        if lockstep
+        else {"camera_fps": period_hz}
+    )
+    stack = resolve_stack("sim", {
+        "task": task, "lockstep": lockstep, "image_size": image_size, **timing,
+        "policy": bool(nodes), **(arguments or {}),
+    })  # fmt: skip
+    kept = [
+        n for n in stack.nodes
+        if n.name == "sim_driver" or n.executable == "vla-camera" or n.name in nodes
+    ]  # fmt: skip
+    missing = set(nodes) - {n.name for n in kept}
+    if missing:
+        raise ValueError(f"the sim stack has no node {sorted(missing)} with these arguments")
+    parameters = parameters or {}
+    kept = [replace(n, parameters={**n.parameters, **parameters.get(n.name, {})}) for n in kept]
+    return replace(stack, nodes=tuple(kept))
+
+
 class SimStack:
-    """Task sim driver + sim cameras (+ `extra_nodes`) as processes, and a client node."""
+    """The sim stack's driver and cameras (`config/stacks/sim.yaml`, started as the launcher
+    starts them, on a ROS domain of their own), any of its policy nodes named in `nodes`, and
+    a client node. `arguments` are more stack arguments; `parameters` {node: {name: value}}
+    override node parameters (e.g. the engine's sampling)."""
 
     def __init__(
         self,
         task: str,
         image_size: int,
         lockstep: bool,
-        cameras=CAMERAS,
-        extra_nodes: list[tuple[str, list[str]]] = (),
-        log_dir: str | Path | None = None,
+        nodes: tuple[str, ...] = (),
+        arguments: dict | None = None,
+        parameters: dict[str, dict] | None = None,
     ):
         from rclpy.qos import (
             DurabilityPolicy,
@@ -59,35 +95,20 @@ class SimStack:
         from std_msgs.msg import Float64MultiArray, String, UInt32
         from trajectory_msgs.msg import JointTrajectory
 
-        self.task, self.cameras, self.lockstep = task, tuple(cameras), lockstep
+        self.task, self.lockstep = task, lockstep
+        self.stack = sim_stack(task, image_size, lockstep, nodes, arguments, parameters)
         self.robot = load_robot("fr3")
+        self.cameras = tuple(
+            n.parameters["camera_name"] for n in self.stack.nodes if n.executable == "vla-camera"
+        )
         self.claim = claim_domain()
-        self.env = self.claim.env()
-        self.env.setdefault("MUJOCO_GL", "egl")
-        repo = str(Path(__file__).resolve().parents[2])
-        self.env["PYTHONPATH"] = os.pathsep.join([repo, self.env.get("PYTHONPATH", "")])
-        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="vla_stack_"))
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.processes: list[tuple[str, subprocess.Popen]] = []
-        driver = [
-            f"task:={task}", f"lockstep:={str(lockstep).lower()}", "seed:=0",
-            "state_rate_hz:=250.0", "scene_state_rate_hz:=20.0",
-        ]  # fmt: skip
-        # Cameras render the newest scene state on a wall-clock timer; in lock-step they only
-        # ever see the state at the end of each period, so every period yields one frame.
-        fps = 200.0 if lockstep else 1.0 / CONTROL_DT
+        self.processes: list[NodeProcess] = []
+        self.node = None
+        self._workdir = tempfile.TemporaryDirectory(prefix="vla_stack_")
         try:
-            self._spawn("sim_driver", "vla_runtime.nodes.task_driver", driver)
-            for camera in self.cameras:
-                self._spawn(
-                    f"{camera}_camera", "vla_runtime.nodes.camera",
-                    [f"camera_name:={camera}", "source:=sim", f"fps:={fps}",
-                     f"width:={image_size}", f"height:={image_size}"],
-                )  # fmt: skip
-            for name, params in extra_nodes:
-                module, *params = params
-                self._spawn(name, module, params)
-
+            env = node_env(self.claim)
+            for spec in self.stack.nodes:
+                self.processes.append(start_node(spec, env, Path(self._workdir.name), echo=False))
             self.context, self.node, self.executor = private_node(
                 "vla_collector", self.claim.domain_id
             )
@@ -122,32 +143,19 @@ class SimStack:
         self._setup = None
 
     # -- processes -------------------------------------------------------------------------
-    def _spawn(self, name: str, module: str, params: list[str]) -> None:
-        args = [sys.executable, "-m", module, "--ros-args", "-r", f"__node:={name}"]
-        for param in params:
-            args += ["-p", param]
-        log = (self.log_dir / f"{name}.log").open("w")
-        process = popen_child(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        self.processes.append((name, process))
-
     def check_processes(self) -> None:
-        for name, process in self.processes:
-            if process.poll() is not None:
-                log = (self.log_dir / f"{name}.log").read_text()[-2000:]
-                raise RuntimeError(f"node {name} exited with {process.returncode}:\n{log}")
+        for process in self.processes:
+            if process.popen.poll() is not None:
+                tail = "\n".join(process.tail)
+                raise RuntimeError(
+                    f"node {process.name} exited with {process.popen.returncode}:\n{tail}"
+                )
 
     def close(self) -> None:
         close_private_node(self)
-        for _, process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        for _, process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_nodes(self.processes)
         self.processes = []
+        self._workdir.cleanup()
         self.claim.release()
 
     # -- subscriptions ---------------------------------------------------------------------
@@ -220,12 +228,16 @@ class RosEnv:
     """Collector environment over the node stack (lock-step by default, or real time)."""
 
     def __init__(
-        self, task: str, image_size: int, realtime: bool = False, log_dir=None, extra_nodes=()
+        self,
+        task: str,
+        image_size: int,
+        realtime: bool = False,
+        nodes: tuple[str, ...] = (),
+        arguments: dict | None = None,
+        parameters: dict[str, dict] | None = None,
     ):
         self.task = task
-        self.stack = SimStack(
-            task, image_size, lockstep=not realtime, extra_nodes=extra_nodes, log_dir=log_dir
-        )
+        self.stack = SimStack(task, image_size, not realtime, nodes, arguments, parameters)
         self.realtime = realtime
         # The expert and the detectors use the same model as the driver (built identically).
         self.model = TaskSimulator(task).model
