@@ -10,7 +10,8 @@ from vla_runtime.core.kinematics import FRANKA, cartesian_path
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
-from vla_runtime.sim.scene import SceneConfig, build_scene
+from vla_runtime.sim.scene import build_scene
+from vla_runtime.sim.workcell import SceneConfig
 
 ROBOT = load_robot("fr3")
 HOME = np.array(ROBOT.home)

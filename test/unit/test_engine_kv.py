@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from vla_runtime.engine.checkpoint import save_checkpoint
-from vla_runtime.engine.factory import load_policy, random_checkpoint
+from vla_runtime.engine.checkpoint import random_checkpoint, save_checkpoint
+from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.model import text_bias, tokenize
 from vla_runtime.engine.policy import ComputeMode, Observation, PolicyError
 from vla_runtime.engine.torch_backend import TorchPolicy, reference_sample

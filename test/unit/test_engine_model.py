@@ -13,9 +13,10 @@ from vla_runtime.engine.checkpoint import (
     Normalization,
     load_checkpoint,
     model_hash,
+    random_checkpoint,
     save_checkpoint,
 )
-from vla_runtime.engine.factory import load_policy, random_checkpoint
+from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.model import (
     BOS,
     PAD,

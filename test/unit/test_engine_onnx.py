@@ -9,7 +9,7 @@ import onnx
 import pytest
 import torch
 
-from vla_runtime.engine.factory import random_checkpoint
+from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.model import text_bias, tokenize
 from vla_runtime.engine.onnx_backend import FILES, MANIFEST, OrtPolicy, export_onnx
 from vla_runtime.engine.policy import ComputeMode, Observation, Policy

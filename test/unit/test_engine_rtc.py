@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vla_runtime.engine import rtc
-from vla_runtime.engine.factory import random_checkpoint
+from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.onnx_backend import OrtPolicy
 from vla_runtime.engine.policy import ComputeMode, Observation
 from vla_runtime.engine.torch_backend import TorchPolicy

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from vla_runtime.data.collect import InProcessEnv
 from vla_runtime.data.experts import ArmKinematics, hand_rotation
 from vla_runtime.data.recovery import SimCheckpoint, expert_branch
+from vla_runtime.data.sim_env import InProcessEnv
 from vla_runtime.sim.tasks import SceneReader, TaskSimulator, scene_colours
 
 

@@ -361,7 +361,7 @@ def test_token_similarity_and_chunk_divergence_exact():
 
 
 def test_engine_reports_vision_similarity_and_chunk_divergence(torch_one_thread):
-    from vla_runtime.engine.factory import random_checkpoint
+    from vla_runtime.engine.checkpoint import random_checkpoint
     from vla_runtime.engine.torch_backend import TorchPolicy
 
     policy = TorchPolicy(random_checkpoint("tiny", seed=3))

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from vla_runtime.sim.render import SceneRenderer
-from vla_runtime.sim.scene import CUBE_SPACING, SceneConfig, build_scene, cube_poses
+from vla_runtime.sim.scene import build_scene
 from vla_runtime.sim.simulator import Simulator
+from vla_runtime.sim.workcell import CUBE_SPACING, SceneConfig, cube_poses
 
 GOAL_OFFSET = np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.2, 0.3])
 

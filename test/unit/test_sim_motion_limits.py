@@ -17,8 +17,8 @@ from vla_runtime.core.motion_limits import (
 )
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.trajectory import TrajectorySampler
-from vla_runtime.sim.scene import SceneConfig
 from vla_runtime.sim.simulator import Simulator
+from vla_runtime.sim.workcell import SceneConfig
 
 FR3 = load_robot("fr3")
 JOINTS = FR3.joints

@@ -14,7 +14,7 @@ from vla_runtime.engine.policy import ComputeMode, Observation, PolicyError
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """The tiny model's real ONNX export (the files TensorRT builds from) and its manifest."""
-    from vla_runtime.engine.factory import random_checkpoint
+    from vla_runtime.engine.checkpoint import random_checkpoint
     from vla_runtime.engine.onnx_backend import MANIFEST, export_onnx
 
     checkpoint = random_checkpoint("tiny", 0)

@@ -9,8 +9,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from vla_runtime.sim.scene import SceneConfig, build_scene
+from vla_runtime.sim.scene import build_scene
 from vla_runtime.sim.ur5e import flange_pose_in_base
+from vla_runtime.sim.workcell import SceneConfig
 
 # Published UR5e standard DH (FACTS.md), written out here so the test does not share code with
 # the builder it checks.

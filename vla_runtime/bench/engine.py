@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_runtime.engine.factory import random_checkpoint
+from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.model import count_parameters, tokenize
 from vla_runtime.engine.policy import ComputeMode, Observation
 from vla_runtime.engine.torch_backend import (

@@ -16,14 +16,13 @@ from pathlib import Path
 
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scheduler import SchedulerConfig
+from vla_runtime.data.evaluate import DEFAULT_EXECUTE, EVAL_SEED, evaluate_stack
 
 FULL_MODE = "v0d0"  # the engine's default: everything recomputed, every denoising step
 TARGETS = {"speedup": 2.5, "success_drop": 0.02}
 
 
 def _arm(checkpoint, task, episodes, seed, execute, progress, scheduled, config_path):
-    from vla_runtime.data.evaluate import evaluate_stack
-
     if scheduled:
         return evaluate_stack(
             checkpoint, task, episodes, seed, execute, progress,
@@ -84,8 +83,6 @@ def run_bench(
     progress: bool = True,
 ) -> dict:
     """Both arms on every task (same seeds); returns per-task figures, the pool and settings."""
-    from vla_runtime.data.evaluate import DEFAULT_EXECUTE, EVAL_SEED
-
     checkpoint = checkpoint or os.environ.get("VLA_CHECKPOINT", "checkpoints/tiny")
     if not Path(checkpoint, "spec.json").is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint} (pass --ckpt DIR)")

@@ -10,7 +10,11 @@ from __future__ import annotations
 import os
 import time
 
+import mujoco
 import numpy as np
+
+from vla_runtime.sim.render import SceneRenderer
+from vla_runtime.sim.simulator import Simulator
 
 BATCH_STEPS = 100
 
@@ -55,11 +59,6 @@ def run_bench(
     seconds: float = 5.0, cameras=("scene", "wrist"), width: int = 224, height: int = 224
 ) -> dict:
     """Measure the simulator; returns figures plus the settings that produced them."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    import mujoco
-
-    from vla_runtime.sim.render import SceneRenderer
-    from vla_runtime.sim.simulator import Simulator
 
     sim = Simulator()
     physics = {

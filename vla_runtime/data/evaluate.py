@@ -30,12 +30,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first imported
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from tqdm import tqdm
+from trajectory_msgs.msg import JointTrajectory
 
-import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from vla_runtime.sim.tasks import (  # noqa: E402
+from vla_runtime.core import topics
+from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.stack import StackError, coerce_scalar
+from vla_runtime.data import stack_eval
+from vla_runtime.data.sim_env import InProcessEnv, clip_to_limits
+from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
+from vla_runtime.engine.factory import load_policy
+from vla_runtime.engine.policy import Observation, chunk_to_positions
+from vla_runtime.nodes.expert import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
+from vla_runtime.sim.tasks import (
     CONTROL_DT,
     TASKS,
     SceneReader,
@@ -45,17 +54,6 @@ from vla_runtime.sim.tasks import (  # noqa: E402
 
 EVAL_SEED = 90000
 DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next inference
-
-
-def clip_to_limits(rows: np.ndarray, robot, gripper_max: float | None = None) -> np.ndarray:
-    """Joint-limit clip of chunk rows (7 arm joints + gripper column), what the safety node's
-    clip verdict does; the harness applies it on both paths so one stray action beyond a limit
-    does not make the driver reject the whole chunk."""
-    rows = np.array(rows, dtype=float)
-    rows[:, :7] = np.clip(rows[:, :7], robot.position_min, robot.position_max)
-    top = robot.gripper_max_width if gripper_max is None else gripper_max
-    rows[:, 7] = np.clip(rows[:, 7], 0.0, top)
-    return rows
 
 
 @dataclass
@@ -138,11 +136,6 @@ def evaluate_in_process(
     execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float | None = None,
 ) -> dict:  # fmt: skip
     """Development tool: no ROS, same loop as the stack path."""
-    from tqdm import tqdm
-
-    from vla_runtime.data.collect import InProcessEnv
-    from vla_runtime.engine.factory import load_policy
-    from vla_runtime.engine.policy import Observation, chunk_to_positions
 
     policy = load_policy("torch", checkpoint, seed=0, noise_scale=noise_scale)
     size = policy.spec.cameras[0].height
@@ -186,13 +179,6 @@ def evaluate_stack(
     `realtime`: the driver runs at real-time factor 1, so the engine's latency passes in sim
     time too (the chunk's first actions may already be past when it arrives: the JTC joins the
     trajectory at the current time, as ros2_control's does)."""
-    from diagnostic_msgs.msg import DiagnosticArray
-    from tqdm import tqdm
-    from trajectory_msgs.msg import JointTrajectory
-
-    from vla_runtime.core import topics
-    from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
-    from vla_runtime.nodes.expert import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
 
     loaded = load_checkpoint(checkpoint)
     spec = loaded.spec
@@ -283,8 +269,6 @@ def evaluate_stack(
 
 
 def eval_main(argv: list[str] | None = None) -> int:
-    from vla_runtime.core.paths import shipped_checkpoint
-    from vla_runtime.core.stack import StackError, coerce_scalar
 
     parser = argparse.ArgumentParser(prog="vla-runtime eval", description=__doc__.split("\n")[0])
     parser.add_argument("--ckpt", default=str(shipped_checkpoint()),
@@ -324,8 +308,6 @@ def eval_main(argv: list[str] | None = None) -> int:
     if args.seed < EVAL_SEED:
         print(f"warning: seeds below {EVAL_SEED} may have been used for training", file=sys.stderr)
     if args.via == "stack":
-        from vla_runtime.data import stack_eval
-
         overrides = {}
         for item in args.set:
             name, sep, value = item.partition(":=")

@@ -14,22 +14,22 @@ in success, and training skips failed episodes otherwise).
 from __future__ import annotations
 
 import copy
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; before mujoco is first imported
+import mujoco
+from tqdm import tqdm
 
-import mujoco  # noqa: E402
-
-from vla_runtime.data.collect import (  # noqa: E402
+from vla_runtime.data.expert_recording import (
     ExpertRecorder,
-    InProcessEnv,
     sigint_deferred,
     task_dataset_writer,
 )
-from vla_runtime.data.lerobot_format import Episode  # noqa: E402
-from vla_runtime.sim.tasks import SceneReader, is_success, scene_colours  # noqa: E402
+from vla_runtime.data.lerobot_format import Episode
+from vla_runtime.data.sim_env import InProcessEnv, clip_to_limits
+from vla_runtime.engine.factory import load_policy
+from vla_runtime.engine.policy import Observation, chunk_to_positions
+from vla_runtime.sim.tasks import SceneReader, is_success, scene_colours
 
 _SHARED = ("model", "data", "xml", "reader", "robot", "config")  # never change during an episode
 
@@ -62,11 +62,6 @@ def collect_recovery(
     branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
 ) -> dict:  # fmt: skip
     """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert off it."""
-    from tqdm import tqdm
-
-    from vla_runtime.data.evaluate import clip_to_limits
-    from vla_runtime.engine.factory import load_policy
-    from vla_runtime.engine.policy import Observation, chunk_to_positions
 
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from vla_runtime.engine.model import ModelConfig, VLAModel
+from vla_runtime.engine.model import ModelConfig, VLAModel, default_spec, preset_config
 from vla_runtime.engine.policy import PolicyError, PolicySpec
 
 FORMAT = 1
@@ -153,3 +153,13 @@ def model_hash(checkpoint: Checkpoint) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()[:16]
+
+
+def random_checkpoint(preset: str = "tiny", seed: int = 0, spec: PolicySpec | None = None):
+    """Randomly initialised model (seeded, global RNG untouched) with identity normalisation."""
+    spec = spec or default_spec()
+    config = preset_config(preset, spec)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = VLAModel(config).eval()
+    return Checkpoint(model, spec, Normalization.identity(spec.state_dim, spec.action_dim))

@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-import torch
-
 from vla_runtime.core.threads import limit_threads
-from vla_runtime.engine.checkpoint import (
-    Checkpoint,
-    Normalization,
-    load_checkpoint,
-    policy_options,
-)
-from vla_runtime.engine.model import VLAModel, default_spec, preset_config
-from vla_runtime.engine.policy import Policy, PolicyError, PolicySpec
+from vla_runtime.engine.checkpoint import load_checkpoint, policy_options, random_checkpoint
+from vla_runtime.engine.policy import Policy, PolicyError
 
 BACKENDS = ("torch", "onnxruntime", "tensorrt")
-
-
-def random_checkpoint(preset: str = "tiny", seed: int = 0, spec: PolicySpec | None = None):
-    """Randomly initialised model (seeded, global RNG untouched) with identity normalisation."""
-    spec = spec or default_spec()
-    config = preset_config(preset, spec)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = VLAModel(config).eval()
-    return Checkpoint(model, spec, Normalization.identity(spec.state_dim, spec.action_dim))
 
 
 def load_policy(

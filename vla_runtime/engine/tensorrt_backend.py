@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from vla_runtime.engine.checkpoint import load_checkpoint, policy_options, random_checkpoint
 from vla_runtime.engine.kv_cache import CachedPolicy
 from vla_runtime.engine.policy import PolicyError
 
@@ -427,9 +428,6 @@ def load_tensorrt_policy(
 ) -> TensorRTPolicy:
     """Like `factory.load_policy` for the TensorRT back end: checkpoint directory or random
     weights of `preset`, exported to ONNX (cached) and built into plans (cached)."""
-    from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
-    from vla_runtime.engine.factory import random_checkpoint
-
     import_tensorrt()  # fail before the export when TensorRT is missing
     loaded = load_checkpoint(checkpoint) if checkpoint else random_checkpoint(preset, seed)
     return TensorRTPolicy.from_checkpoint(

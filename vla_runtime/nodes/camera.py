@@ -16,7 +16,6 @@ every `retry_period_s`; the node never exits because of it.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import time
@@ -276,7 +275,6 @@ class CameraNode(Node):
     # ------------------------------------------------------------ sim
 
     def _start_sim(self) -> None:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen; must be set before mujoco loads
         latched = QoSProfile(
             depth=1,
             reliability=ReliabilityPolicy.RELIABLE,

@@ -22,10 +22,10 @@ from vla_runtime.core import topics
 from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stack import Stack, resolve_stack
-from vla_runtime.data.collect import CONTROL_DT, PHYSICS_STEPS, Frame
+from vla_runtime.data.sim_env import PHYSICS_STEPS, Frame
 from vla_runtime.launcher import NodeProcess, node_env, start_node, stop_nodes
 from vla_runtime.nodes.runtime import close_private_node, private_node
-from vla_runtime.sim.tasks import TaskSimulator, make_setup
+from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator, make_setup
 
 STARTUP_TIMEOUT_S = 120.0
 STEP_TIMEOUT_S = 20.0

@@ -17,7 +17,7 @@ import numpy as np
 
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Box, Workcell
-from vla_runtime.sim.scene import TABLE_CENTRE_X, TABLE_HALF_SIZE
+from vla_runtime.sim.workcell import TABLE_CENTRE_X, TABLE_HALF_SIZE
 
 # Objects must stay above this area: the sim table top.
 TABLE_TOP = Box(

@@ -1,19 +1,16 @@
 """Offscreen rendering of one simulated camera from the published scene XML and qpos stream.
 
 Each camera renders in its own process from its own copy of the model, so rendering never slows
-the 1 kHz physics of the driver. MUJOCO_GL defaults to EGL (headless); it must be chosen before
-mujoco is first imported in the process.
+the 1 kHz physics of the driver. MUJOCO_GL defaults to EGL (headless, see the package's
+`__init__`).
 """
 
 from __future__ import annotations
 
 import math
-import os
 
-os.environ.setdefault("MUJOCO_GL", "egl")
-
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
+import mujoco
+import numpy as np
 
 
 class SceneRenderer:

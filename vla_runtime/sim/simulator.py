@@ -33,7 +33,8 @@ from vla_runtime.core.trajectory import (
     column_order,
     validate_trajectory,
 )
-from vla_runtime.sim.scene import SceneConfig, build_scene, cube_names, cube_poses
+from vla_runtime.sim.scene import build_scene
+from vla_runtime.sim.workcell import SceneConfig, cube_names, cube_poses
 
 GRIPPER_ACTUATOR = "hand"
 MODEL_FINGER_JOINTS = ("finger_joint1", "finger_joint2")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from vla_runtime.sim.scene import COLOURS, SceneConfig
 from vla_runtime.sim.simulator import Simulator
+from vla_runtime.sim.workcell import COLOURS, SceneConfig
 
 TASKS = ("reach", "push", "pick", "dynamic_reach")
 CONTROL_DT = 0.05  # s per expert / policy step (the policy's dt)

@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 
 from vla_runtime.core.robot import load_robot
-from vla_runtime.sim.scene import (
+from vla_runtime.sim.workcell import (
     GRIPPER_OPEN_CTRL,
     SceneConfig,
     add_workcell,

@@ -39,8 +39,8 @@ from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.nodes.runtime import LATCHED, run_node
-from vla_runtime.sim.scene import SceneConfig
 from vla_runtime.sim.simulator import Simulator
+from vla_runtime.sim.workcell import SceneConfig
 
 # Free-running pacing: when physics falls this far behind wall time x RTF (a loaded machine), it
 # stops trying to catch up and rebases, so it never bursts through seconds of backlog.
