@@ -1,4 +1,8 @@
-"""`vla-runtime`: the single command-line entry point (DESIGN.md §8)."""
+"""`vla-runtime`: the single command-line entry point (DESIGN.md §8).
+
+Each subcommand's module is imported only when it runs (`_entry`): `--help` and a quick
+`launch` need not load torch, MuJoCo and rclpy.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,15 @@ import importlib
 import json
 import sys
 
+from vla_runtime.core.stack import StackError, coerce_scalar, load_stack_file, resolve_stack
+
+
+def _entry(module: str, name: str):
+    return getattr(importlib.import_module(module), name)
+
 
 def _launch(args: argparse.Namespace) -> int:
-    from vla_runtime.core.stack import StackError, coerce_scalar, resolve_stack
-    from vla_runtime.launcher import default_domain_request, format_summary, run_stack, write_report
-
+    launcher = importlib.import_module("vla_runtime.launcher")
     overrides = {}
     for item in args.arguments:
         if ":=" not in item:
@@ -21,8 +29,6 @@ def _launch(args: argparse.Namespace) -> int:
         overrides[key] = coerce_scalar(value)
     try:
         if args.sim:
-            from vla_runtime.core.stack import load_stack_file
-
             _, raw = load_stack_file(args.stack)
             if "use_sim" in (raw.get("arguments") or {}):
                 overrides["use_sim"] = True
@@ -40,46 +46,39 @@ def _launch(args: argparse.Namespace) -> int:
                 return 2
             notes.append("warning: policy:=true without checkpoint:=DIR runs random weights; "
                          "the arm will not do the task")  # fmt: skip
-    result = run_stack(
+    domain_id = args.domain_id if args.domain_id is not None else launcher.default_domain_request()
+    result = launcher.run_stack(
         stack,
         duration_s=args.duration,
-        domain_id=args.domain_id if args.domain_id is not None else default_domain_request(),
+        domain_id=domain_id,
         localhost_only=not args.any_host,
         echo=not args.quiet,
         notes=notes,
     )
-    print(format_summary(result.report), flush=True)
+    print(launcher.format_summary(result.report), flush=True)
     if args.report:
-        write_report(result.report, args.report)
+        launcher.write_report(result.report, args.report)
         print(f"report written to {args.report}")
     return result.exit_code
 
 
 def _bench(args: argparse.Namespace) -> int:
+    def run(module: str, **kwargs):
+        return _entry(f"vla_runtime.bench.{module}", "run_bench")(**kwargs)
+
     if args.name == "sim":
-        from vla_runtime.bench.sim import run_bench
-
-        result = run_bench(seconds=args.seconds or 5.0)
+        result = run("sim", seconds=args.seconds or 5.0)
     elif args.name == "engine":
-        from vla_runtime.bench.engine import run_bench
-
-        result = run_bench(preset=args.preset, device=args.device)
+        result = run("engine", preset=args.preset, device=args.device)
     elif args.name == "transport":
-        from vla_runtime.bench.transport import run_bench
-
-        result = run_bench()
+        result = run("transport")
     elif args.name == "driver":
-        from vla_runtime.bench.driver import run_bench
-
-        result = run_bench(seconds=args.seconds or 60.0)
+        result = run("driver", seconds=args.seconds or 60.0)
     elif args.name == "faults":
-        from vla_runtime.bench.faults import run_bench
-
-        result = run_bench()
+        result = run("faults")
     elif args.name == "scheduler":
-        from vla_runtime.bench.scheduler import run_bench
-
-        result = run_bench(
+        result = run(
+            "scheduler",
             checkpoint=args.ckpt,
             tasks=tuple(args.tasks or ("reach", "push", "pick", "dynamic_reach")),
             episodes=args.episodes or 50,
@@ -88,26 +87,23 @@ def _bench(args: argparse.Namespace) -> int:
             config=args.config,
         )
     elif args.name == "closed-loop":
-        from vla_runtime.bench.closed_loop import DELAYS, TASKS
-        from vla_runtime.bench.closed_loop import run_bench as closed_loop
-
-        delays = tuple(args.delays or DELAYS)
+        closed_loop = importlib.import_module("vla_runtime.bench.closed_loop")
+        delays = tuple(args.delays or closed_loop.DELAYS)
         bad_episodes = args.episodes is not None and args.episodes < 1
-        if bad_episodes or any(d not in DELAYS for d in delays):
-            print(f"error: --delays from {list(DELAYS)}, --episodes >= 1", file=sys.stderr)
+        if bad_episodes or any(d not in closed_loop.DELAYS for d in delays):
+            print(f"error: --delays from {list(closed_loop.DELAYS)}, --episodes >= 1",
+                  file=sys.stderr)  # fmt: skip
             return 2
-        result = closed_loop(
+        result = closed_loop.run_bench(
             checkpoint=args.ckpt,
-            tasks=tuple(args.tasks or TASKS),
+            tasks=tuple(args.tasks or closed_loop.TASKS),
             episodes=args.episodes or 10,
             seed=args.seed if args.seed is not None else 90000,
             out=args.out or "runs/closed_loop",
             delays=delays,
         )
     elif args.name == "streamer":
-        from vla_runtime.bench.streamer import run_bench
-
-        result = run_bench(seconds=args.seconds or 3.0)
+        result = run("streamer", seconds=args.seconds or 3.0)
     else:  # argparse restricts choices; kept for clarity
         raise SystemExit(f"unknown benchmark {args.name}")
     text = json.dumps(result, indent=None if args.json else 2, sort_keys=True)
@@ -115,17 +111,12 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(argv: list[str]) -> int:
-    from vla_runtime.engine.remote import serve_main
-
-    return serve_main(argv)
-
-
 DATA_COMMANDS = {
     "collect": ("vla_runtime.data.collect", "collect_main"),
     "record": ("vla_runtime.data.record", "record_main"),
     "train": ("vla_runtime.data.train", "train_main"),
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
+    "serve": ("vla_runtime.engine.remote", "serve_main"),
 }
 BENCHMARKS = [
     "sim", "engine", "transport", "streamer", "driver", "faults", "scheduler", "closed-loop",
@@ -177,7 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(func=_bench)
 
-    sub.add_parser("serve", help="serve a policy over ZeroMQ (see `serve --help`)", add_help=False)
     for name, (module, _) in DATA_COMMANDS.items():
         sub.add_parser(name, help=f"see `vla-runtime {name} --help` ({module})", add_help=False)
     sub.add_parser("calibrate", help="`calibrate scheduler --data DIR`: fit thresholds")
@@ -186,15 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "serve":
-        return _serve(argv[1:])
-    if argv and argv[0] in DATA_COMMANDS:  # argparse lives in the data modules
-        module, function = DATA_COMMANDS[argv[0]]
-        return getattr(importlib.import_module(module), function)(argv[1:])
+    if argv and argv[0] in DATA_COMMANDS:  # argparse lives in the commands' modules
+        return _entry(*DATA_COMMANDS[argv[0]])(argv[1:])
     if argv[:2] == ["calibrate", "scheduler"]:
-        from vla_runtime.data.calibrate_scheduler import calibrate_main
-
-        return calibrate_main(argv[2:])
+        return _entry("vla_runtime.data.calibrate_scheduler", "calibrate_main")(argv[2:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # Stack arguments (name:=value) may come after options: `launch sim --duration 5 seed:=3`.

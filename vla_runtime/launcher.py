@@ -23,7 +23,9 @@ from pathlib import Path
 
 from vla_runtime.core.isolation import DomainClaim, claim_domain
 from vla_runtime.core.stack import NodeSpec, Stack, params_file_content, ros_arguments
+from vla_runtime.nodes.monitor import RunMonitor
 from vla_runtime.nodes.process import popen_child
+from vla_runtime.nodes.runtime import BackgroundSpinner
 
 STOP_GRACE_S = 10.0  # SIGINT -> SIGTERM
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
@@ -122,9 +124,6 @@ class _Monitor:
     def __init__(self, stack: Stack, claim: DomainClaim):
         import rclpy
         from rclpy.context import Context
-
-        from vla_runtime.nodes.monitor import RunMonitor
-        from vla_runtime.nodes.runtime import BackgroundSpinner
 
         self._context = Context()
         rclpy.init(args=[], context=self._context, domain_id=claim.domain_id)

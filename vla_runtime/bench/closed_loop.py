@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
+from vla_runtime.data.stack_eval import EpisodeRecord, eval_stack, summarise
 
 DELAYS = {
     "0": "0",
@@ -57,9 +59,6 @@ def run_bench(
     delays: tuple[str, ...] = tuple(DELAYS),
     progress: bool = True,
 ) -> dict:
-    from vla_runtime.core.paths import shipped_checkpoint
-    from vla_runtime.data.stack_eval import EpisodeRecord, eval_stack, summarise
-
     checkpoint = str(Path(checkpoint or shipped_checkpoint()).resolve())
     unknown = [d for d in delays if d not in DELAYS]
     if unknown:

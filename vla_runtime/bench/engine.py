@@ -23,6 +23,7 @@ import torch
 
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.model import count_parameters, tokenize
+from vla_runtime.engine.onnx_backend import OrtPolicy, default_providers
 from vla_runtime.engine.policy import ComputeMode, Observation
 from vla_runtime.engine.torch_backend import (
     CudaGraphInference,
@@ -254,8 +255,6 @@ def _run(preset, device, backends, iterations, warmup, modes, threads, seed, ban
         if backend == "torch":
             policies[backend] = TorchPolicy(checkpoint, device=device, seed=seed)
         elif backend == "onnxruntime":
-            from vla_runtime.engine.onnx_backend import OrtPolicy, default_providers
-
             if device != "cpu" and len(default_providers(device)) == 1:
                 skipped[backend] = "onnxruntime has no CUDA execution provider here"
                 continue

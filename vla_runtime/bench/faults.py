@@ -46,7 +46,10 @@ from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged
 from vla_runtime.core.stack import NodeSpec, params_file_content, resolve_stack, ros_arguments
 from vla_runtime.engine.model import default_spec
 from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
+from vla_runtime.engine.remote import PolicyServer
+from vla_runtime.launcher import node_module
 from vla_runtime.nodes.process import popen_child
+from vla_runtime.nodes.runtime import BackgroundSpinner
 
 ALL_FAULTS = (
     "baseline",
@@ -168,8 +171,6 @@ class Processes:
 
 
 def bench_nodes(settings: dict, endpoint: str) -> list[NodeProcess]:
-    from vla_runtime.launcher import node_module
-
     stack = resolve_stack(
         "sim",
         {
@@ -212,8 +213,6 @@ class Recorder:
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Bool, Empty, Float64MultiArray, String
         from trajectory_msgs.msg import JointTrajectory
-
-        from vla_runtime.nodes.runtime import BackgroundSpinner
 
         self.robot = robot
         self.ctx = Context()
@@ -561,8 +560,6 @@ def run_bench(
     recover_timeout_s: float = 40.0,
     progress: bool = True,
 ) -> dict:
-    from vla_runtime.engine.remote import PolicyServer
-
     settings = dict(observe_s=observe_s, image_size=image_size, camera_fps=camera_fps,
                     consequence=consequence, recover_timeout_s=recover_timeout_s)  # fmt: skip
     robot = load_robot("fr3")

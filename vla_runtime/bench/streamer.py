@@ -24,9 +24,11 @@ import time
 import numpy as np
 
 from vla_runtime.core.interpolation import Limits, limits_for
+from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
+from vla_runtime.nodes.streamer import StreamerNode
 
 CHUNK_LEN, CHUNK_DT = 50, 0.02
 PATH_S = 3.0  # seconds of path the task needs
@@ -96,8 +98,6 @@ def run_node_jitter(rate_hz: float, tick_source: str, seconds: float) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
-    from vla_runtime.nodes.streamer import StreamerNode
-
     rclpy.init()
     try:
         node = StreamerNode(
@@ -133,8 +133,6 @@ def run_bench(
     seconds: float = 3.0,
     delays=(0.0, 0.1, 0.2, 0.3),
 ) -> dict:
-    from vla_runtime.core.isolation import claim_domain
-
     comparison = {}
     for delay in delays:
         key = f"{round(delay * 1000)}ms"

@@ -27,6 +27,7 @@ from vla_runtime.engine.policy import (
     Observation,
     PolicySpec,
 )
+from vla_runtime.engine.remote import PolicyServer, RemoteClient
 
 BENCH_SPEC = PolicySpec(
     cameras=(CameraSpec("scene", 224, 224), CameraSpec("wrist", 224, 224)),
@@ -51,8 +52,6 @@ class EchoPolicy:
 
 
 def _serve_echo(bind: str, curve_secret: bytes | None, ready, stop) -> None:
-    from vla_runtime.engine.remote import PolicyServer
-
     server = PolicyServer(EchoPolicy(), bind=bind, curve_secret=curve_secret)
     ready.send(server.endpoint)
     try:
@@ -62,8 +61,6 @@ def _serve_echo(bind: str, curve_secret: bytes | None, ready, stop) -> None:
 
 
 def run_bench(n: int = 2000, warmup: int = 200, curve: bool = False) -> dict:
-    from vla_runtime.engine.remote import RemoteClient
-
     server_public, server_secret = zmq.curve_keypair() if curve else (None, None)
     ctx = mp.get_context("spawn")
     ready_recv, ready_send = ctx.Pipe(duplex=False)

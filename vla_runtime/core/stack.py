@@ -35,6 +35,8 @@ from typing import Any
 
 import yaml
 
+from vla_runtime.core.paths import config_dir
+
 _ARG = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", ""}
 
@@ -113,8 +115,6 @@ def _lookup(name: str, args: dict[str, Any]) -> Any:
 
 
 def stacks_dir() -> Path:
-    from vla_runtime.core.paths import config_dir
-
     return config_dir() / "stacks"
 
 

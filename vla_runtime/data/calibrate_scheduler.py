@@ -26,6 +26,7 @@ import numpy as np
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scene_change import change, thumbnail
 from vla_runtime.core.scheduler import FULL, TIER_NAMES, PhaseScheduler, SchedulerConfig
+from vla_runtime.data.lerobot_format import load_episode, load_metadata
 
 GRIPPER_COLUMN = 7  # state/action: 7 arm joints + gripper width (m, both fingers)
 FINGERS = 2  # the scheduler works in one finger's opening (width / 2)
@@ -145,7 +146,6 @@ def replay(config: SchedulerConfig, state, action, images: dict, dt: float, exec
 
 def calibrate(data_dirs, base: SchedulerConfig, window: int, execute: int,
               max_episodes: int | None = None) -> tuple[SchedulerConfig, dict]:  # fmt: skip
-    from vla_runtime.data.lerobot_format import load_episode, load_metadata
 
     episodes = []
     for root in data_dirs:

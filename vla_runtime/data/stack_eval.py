@@ -30,8 +30,20 @@ import numpy as np
 
 from vla_runtime.core import topics
 from vla_runtime.core.isolation import claim_domain
+from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stack import Stack, resolve_stack
-from vla_runtime.sim.tasks import CONTROL_DT, SceneReader, is_success, make_setup, scene_colours
+from vla_runtime.data.stack_plot import plot_run
+from vla_runtime.launcher import node_env, start_node, stop_nodes
+from vla_runtime.nodes.runtime import close_private_node, private_node
+from vla_runtime.nodes.task_driver import EpisodeClient
+from vla_runtime.sim.tasks import (
+    CONTROL_DT,
+    SceneReader,
+    TaskSimulator,
+    is_success,
+    make_setup,
+    scene_colours,
+)
 
 STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of a fresh stack
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
@@ -162,10 +174,6 @@ class StackHarness:
             qos_profile_sensor_data,
         )
 
-        from vla_runtime.launcher import node_env, start_node
-        from vla_runtime.nodes.runtime import private_node
-        from vla_runtime.nodes.task_driver import EpisodeClient
-
         self.stack = stack
         self.claim = claim_domain()
         env = node_env(self.claim)
@@ -274,8 +282,6 @@ class StackHarness:
     def reader(self, task: str) -> SceneReader:
         """Success detection on the driver's model (built once: compiling it takes seconds)."""
         if self._reader is None:
-            from vla_runtime.sim.tasks import TaskSimulator
-
             self._reader = SceneReader(TaskSimulator(task).model, scene_colours())
         return self._reader
 
@@ -304,9 +310,6 @@ class StackHarness:
         return next(e for e in self.episodes[announced:] if e["seed"] == seed)
 
     def close(self) -> None:
-        from vla_runtime.launcher import stop_nodes
-        from vla_runtime.nodes.runtime import close_private_node
-
         close_private_node(self)
         stop_nodes(self.procs)
         self.claim.release()
@@ -322,8 +325,6 @@ class StackStalled(RuntimeError):
 
 
 def stack_robot(stack: Stack):
-    from vla_runtime.core.robot import load_robot
-
     driver = next(n for n in stack.nodes if n.name == "sim_driver")
     return load_robot(driver.parameters.get("robot", "fr3"))
 
@@ -483,8 +484,6 @@ def eval_stack(
         if harness is not None:
             harness.close()
     if plot is not None and motion:
-        from vla_runtime.data.stack_plot import plot_run
-
         plot_run(plot, stack_robot(stack).joints, motion, events, marks)
     settings = {
         "seed": seed,

@@ -24,6 +24,8 @@ import torch
 
 from vla_runtime.data.lerobot_format import load_episode, load_metadata
 from vla_runtime.engine.checkpoint import (
+    SPEC,
+    WEIGHTS,
     Checkpoint,
     Normalization,
     load_checkpoint,
@@ -349,8 +351,6 @@ def export_compact(checkpoint_dir: str | Path, out: str | Path) -> Path:
     import shutil
 
     from safetensors.torch import save_file
-
-    from vla_runtime.engine.checkpoint import SPEC, WEIGHTS
 
     source, out = Path(checkpoint_dir), Path(out)
     checkpoint = load_checkpoint(source)

@@ -19,6 +19,8 @@ import cv2
 import numpy as np
 import yaml
 
+from vla_runtime.sim.render import SceneRenderer
+
 
 class CameraUnavailable(RuntimeError):
     """The camera cannot be opened or has stopped delivering frames."""
@@ -277,9 +279,7 @@ class SimSource:
 
     def open(self) -> None:
         self.close()
-        renderer_cls = self._renderer_cls
-        if renderer_cls is None:
-            from vla_runtime.sim.render import SceneRenderer as renderer_cls
+        renderer_cls = self._renderer_cls or SceneRenderer
         try:
             self._renderer = renderer_cls(self.xml, self.camera, self.width, self.height)
         except Exception as exc:  # a bad scene or camera name must not take the node down

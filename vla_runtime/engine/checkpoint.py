@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from vla_runtime.core.paths import share_dir
 from vla_runtime.engine.model import ModelConfig, VLAModel, default_spec, preset_config
 from vla_runtime.engine.policy import PolicyError, PolicySpec
 
@@ -108,8 +109,6 @@ def resolve_checkpoint_dir(directory: str | Path) -> Path:
     (`checkpoints/vla_tiny_sim` in the source tree or the installed share directory)."""
     path = Path(directory)
     if not path.is_absolute() and not path.exists():
-        from vla_runtime.core.paths import share_dir
-
         shipped = share_dir() / path
         if shipped.exists():
             return shipped

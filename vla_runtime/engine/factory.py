@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options, random_checkpoint
+from vla_runtime.engine.onnx_backend import OrtPolicy
 from vla_runtime.engine.policy import Policy, PolicyError
+from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
+from vla_runtime.engine.torch_backend import TorchPolicy
 
 BACKENDS = ("torch", "onnxruntime", "tensorrt")
 
@@ -26,19 +29,13 @@ def load_policy(
     if threads is not None:
         threads = limit_threads(threads)
     if backend == "tensorrt":  # builds (or loads cached) plans from the ONNX export
-        from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
-
         device = "cuda" if device == "cpu" else device
         return load_tensorrt_policy(checkpoint, preset, seed, device, **options)
     loaded = load_checkpoint(checkpoint) if checkpoint else random_checkpoint(preset, seed)
     options = policy_options(loaded, options)
     if backend == "torch":
-        from vla_runtime.engine.torch_backend import TorchPolicy
-
         return TorchPolicy(loaded, device=device, seed=seed, **options)
     if backend in ("onnxruntime", "ort"):
-        from vla_runtime.engine.onnx_backend import OrtPolicy
-
         return OrtPolicy.from_checkpoint(
             loaded, device=device, seed=seed, threads=threads, **options
         )

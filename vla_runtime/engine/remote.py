@@ -36,6 +36,7 @@ import numpy as np
 import zmq
 
 from vla_runtime.engine import wire
+from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import (
     FULL_COMPUTE,
     ActionChunk,
@@ -702,8 +703,6 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 
 def _load_backend(args):
-    from vla_runtime.engine.factory import load_policy
-
     return load_policy(
         backend=args.backend,
         checkpoint=args.checkpoint,

@@ -27,9 +27,16 @@ from pathlib import Path
 
 import torch
 
-from vla_runtime.engine.checkpoint import load_checkpoint, policy_options, random_checkpoint
+from vla_runtime.engine.checkpoint import (
+    Normalization,
+    load_checkpoint,
+    policy_options,
+    random_checkpoint,
+)
 from vla_runtime.engine.kv_cache import CachedPolicy
-from vla_runtime.engine.policy import PolicyError
+from vla_runtime.engine.model import ModelConfig
+from vla_runtime.engine.onnx_backend import MANIFEST, engine_cache_root, export_onnx
+from vla_runtime.engine.policy import PolicyError, PolicySpec
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 _PRECISION_ALIASES = {
@@ -343,11 +350,6 @@ class TensorRTPolicy(CachedPolicy):
         rebuild: bool = False,
         **options,
     ):
-        from vla_runtime.engine.checkpoint import Normalization
-        from vla_runtime.engine.model import ModelConfig
-        from vla_runtime.engine.onnx_backend import MANIFEST, engine_cache_root
-        from vla_runtime.engine.policy import PolicySpec
-
         trt = import_tensorrt()
         if not torch.cuda.is_available() or not str(device).startswith("cuda"):
             raise PolicyError(f"the TensorRT back end needs a CUDA device, got {device!r}")
@@ -389,8 +391,6 @@ class TensorRTPolicy(CachedPolicy):
 
     @classmethod
     def from_checkpoint(cls, checkpoint, onnx_dir=None, **kwargs) -> TensorRTPolicy:
-        from vla_runtime.engine.onnx_backend import export_onnx
-
         return cls(export_onnx(checkpoint, onnx_dir), **kwargs)
 
     def instruction_kv(self, text_ids):

@@ -43,7 +43,9 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
 from vla_runtime.core.injected_delay import InjectedDelay
+from vla_runtime.core.robot import load_robot
 from vla_runtime.core.threads import resolve_threads
+from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import (
     ActionSpace,
     ComputeMode,
@@ -53,6 +55,7 @@ from vla_runtime.engine.policy import (
     chunk_to_positions,
     positions_to_chunk,
 )
+from vla_runtime.engine.remote import RemoteClient, load_client_keys
 from vla_runtime.nodes.runtime import run_node
 
 BACKENDS = ("torch", "onnxruntime", "tensorrt", "remote")
@@ -306,8 +309,6 @@ class EngineNode(Node):
 
     def _make_mapping(self, robot, arm_joints, gripper_joints, gripper_state, gripper_name):
         if not arm_joints or (gripper_state != "none" and not gripper_joints) or not gripper_name:
-            from vla_runtime.core.robot import load_robot
-
             config = load_robot(robot)
             arm_joints = arm_joints or config.joints
             gripper_joints = gripper_joints or config.gripper_joints
@@ -320,8 +321,6 @@ class EngineNode(Node):
 
     def _load_policy(self):
         if self.backend == "remote":
-            from vla_runtime.engine.remote import RemoteClient, load_client_keys
-
             server_key, client_keys = None, None
             if self.curve_keys:
                 server_key, client_keys = load_client_keys(self.curve_keys)
@@ -332,7 +331,6 @@ class EngineNode(Node):
                 timeout_s=self.remote_timeout_s,
                 connect=False,
             )
-        from vla_runtime.engine.factory import load_policy
 
         return load_policy(
             backend=self.backend,

@@ -24,7 +24,9 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stack import Stack, resolve_stack
 from vla_runtime.data.sim_env import PHYSICS_STEPS, Frame
 from vla_runtime.launcher import NodeProcess, node_env, start_node, stop_nodes
+from vla_runtime.nodes.engine import image_from_msg
 from vla_runtime.nodes.runtime import close_private_node, private_node
+from vla_runtime.nodes.task_driver import EpisodeClient
 from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator, make_setup
 
 STARTUP_TIMEOUT_S = 120.0
@@ -160,8 +162,6 @@ class SimStack:
 
     # -- subscriptions ---------------------------------------------------------------------
     def _on_image(self, camera: str, msg) -> None:
-        from vla_runtime.nodes.engine import image_from_msg
-
         self.images[camera] = (_stamp(msg.header.stamp), image_from_msg(msg).copy())
 
     def _on_joint_state(self, msg) -> None:
@@ -200,7 +200,6 @@ class SimStack:
 
     def set_episode(self, seed: int) -> None:
         """New episode in the driver (a parameter service call: done when it returns)."""
-        from vla_runtime.nodes.task_driver import EpisodeClient
 
         if getattr(self, "_episodes", None) is None:
             self._episodes = EpisodeClient(self.node)

@@ -46,6 +46,7 @@ from vla_runtime.core.safety.chunk_check import (
 from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
 from vla_runtime.nodes.runtime import LATCHED, run_node
+from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
 
 ESTOP_RESET = "/vla/estop/reset"
 SCENE_STATE_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
@@ -231,8 +232,6 @@ class SafetyNode(Node):
         return SetParametersResult(successful=True)
 
     def _on_scene_xml(self, msg: String) -> None:
-        from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
-
         try:
             config = ConsequenceConfig(max_contact_force=self.contact_force, workcell=self.workcell)
             self._consequence = ConsequenceChecker.from_xml(msg.data, self.robot, config)

@@ -27,6 +27,7 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
@@ -86,8 +87,6 @@ class SchedulerNode(Node):
     @staticmethod
     def _tcp_function(robot: str):
         try:
-            from vla_runtime.core.kinematics import chain_for
-
             return chain_for(robot).tcp_position
         except (KeyError, ValueError):  # no kinematics for this robot: TCP speed not reported
             return None
