@@ -3,7 +3,7 @@
 The same stack file feeds `vla-runtime launch ur` on pip-only hosts.
 """
 
-from vla_runtime.launch_support import stack_launch_description
+from vla_runtime.stack.launch_support import stack_launch_description
 
 
 def generate_launch_description():

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vla_runtime.core.isolation import claim_domain
+from vla_runtime.stack.isolation import claim_domain
 
 
 @pytest.fixture

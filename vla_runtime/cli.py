@@ -11,7 +11,7 @@ import importlib
 import json
 import sys
 
-from vla_runtime.core.stack import StackError, coerce_scalar, load_stack_file, resolve_stack
+from vla_runtime.stack.resolver import StackError, coerce_scalar, load_stack_file, resolve_stack
 
 
 def _entry(module: str, name: str):
@@ -19,7 +19,7 @@ def _entry(module: str, name: str):
 
 
 def _launch(args: argparse.Namespace) -> int:
-    launcher = importlib.import_module("vla_runtime.launcher")
+    launcher = importlib.import_module("vla_runtime.stack.launcher")
     overrides = {}
     for item in args.arguments:
         if ":=" not in item:

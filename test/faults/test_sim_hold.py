@@ -22,6 +22,7 @@ from std_msgs.msg import Float64MultiArray
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest
+from vla_runtime.ros.messages import to_seconds
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +71,7 @@ class Streamer:
     def _on_state(self, msg: JointState) -> None:
         index = {n: i for i, n in enumerate(msg.name)}
         cols = [index[j] for j in ROBOT.joints]
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(msg.header.stamp)
         self.states.append((stamp, np.array(msg.position)[cols], np.array(msg.velocity)[cols]))
 
     def command(self, q) -> None:

@@ -14,6 +14,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 
 from vla_runtime.core import topics
+from vla_runtime.ros.messages import to_seconds
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +107,7 @@ def test_file_camera_publishes_loops_and_scales_calibration(rclpy_context, tmp_p
     assert set(indices) <= set(range(FRAMES))
 
     # Paced to the file's 20 fps (capture stamps), not read as fast as the disk allows.
-    stamps = [img.header.stamp.sec + img.header.stamp.nanosec * 1e-9 for img in images]
+    stamps = [to_seconds(img.header.stamp) for img in images]
     assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
     rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
     assert 5.0 < rate < FPS * 1.25, rate
@@ -217,7 +218,7 @@ def test_sim_camera_renders_scene_state_with_its_sim_stamp(rclpy_context, tmp_pa
 
     def stamped(sim_time):
         for image in images:
-            if image.header.stamp.sec + image.header.stamp.nanosec * 1e-9 == sim_time:
+            if to_seconds(image.header.stamp) == sim_time:
                 return image
         return None
 

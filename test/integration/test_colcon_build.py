@@ -54,7 +54,7 @@ def test_colcon_build_installs_a_usable_package(tmp_path):
     env.pop("VLA_RUNTIME_SHARE", None)
     probe = (
         "import vla_runtime; from vla_runtime.core.paths import share_dir;"
-        "from vla_runtime.core.stack import resolve_stack;"
+        "from vla_runtime.stack.resolver import resolve_stack;"
         "print(vla_runtime.__file__); print(share_dir());"
         "print(','.join(n.name for n in resolve_stack('sim').nodes))"
     )

@@ -16,12 +16,9 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import String
 
 from vla_runtime.engine.policy import ActionSpace
-from vla_runtime.nodes.engine import (
-    StateMapping,
-    SyncError,
-    image_from_msg,
-    plan_prefix,
-)
+from vla_runtime.engine.rtc import plan_prefix
+from vla_runtime.engine.state_mapping import StateMapping, SyncError
+from vla_runtime.ros.messages import image_from_msg, to_seconds
 
 REPO = Path(__file__).resolve().parents[2]
 ARM = tuple(f"fr3_joint{i}" for i in range(1, 8))
@@ -235,7 +232,7 @@ def _check_chunk(chunk, spec, image_stamps) -> None:
     for k, point in enumerate(chunk.points):
         assert len(point.positions) == spec.action_dim
         assert np.all(np.isfinite(point.positions))
-        t = point.time_from_start.sec + point.time_from_start.nanosec * 1e-9
+        t = to_seconds(point.time_from_start)
         assert t == pytest.approx((k + 1) * spec.dt, abs=1e-6)
 
 

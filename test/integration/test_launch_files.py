@@ -15,7 +15,7 @@ from launch.launch_description_sources import (  # noqa: E402
 )
 from launch_ros.actions import Node  # noqa: E402
 
-from vla_runtime.core.stack import resolve_stack  # noqa: E402
+from vla_runtime.stack.resolver import resolve_stack  # noqa: E402
 
 LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
 

@@ -8,8 +8,8 @@ import pytest
 from rclpy.qos import qos_profile_sensor_data
 
 from vla_runtime.core import topics
-from vla_runtime.nodes.monitor import RunMonitor, camera_name_of, header_stamp_ns, message_class
-from vla_runtime.nodes.runtime import BackgroundSpinner as Spinner
+from vla_runtime.ros.runtime import BackgroundSpinner as Spinner
+from vla_runtime.stack.monitor import RunMonitor, camera_name_of, header_stamp_ns, message_class
 
 
 def test_helpers_without_dds():

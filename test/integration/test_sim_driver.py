@@ -21,6 +21,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
+from vla_runtime.ros.messages import to_seconds
 
 ROBOT = load_robot("fr3")
 ARM = list(ROBOT.joints)
@@ -112,7 +113,7 @@ class Probe:
 
 
 def _seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
+    return to_seconds(stamp)
 
 
 @pytest.mark.integration

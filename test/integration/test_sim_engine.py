@@ -15,6 +15,8 @@ from sensor_msgs.msg import Image
 from stack_probe import Probe, finish, start_launcher
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_runtime.ros.messages import to_seconds
+
 pytestmark = pytest.mark.integration
 
 
@@ -84,7 +86,7 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
         assert len(chunk.points) == 16
         positions = np.array([p.positions for p in chunk.points])
         assert positions.shape == (16, 8) and np.all(np.isfinite(positions))
-        times = [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in chunk.points]
+        times = [to_seconds(p.time_from_start) for p in chunk.points]
         assert np.all(np.diff(times) > 0)
     # Stamped with a real capture time (the probe may have missed a best-effort frame or two).
     assert sum(stamp(c) in image_stamps for c in chunks) >= len(chunks) - 2

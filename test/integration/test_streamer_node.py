@@ -15,6 +15,7 @@ from rclpy.executors import SingleThreadedExecutor
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
+from vla_runtime.ros.messages import to_seconds
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ def trajectory(t, t0):
 
 
 def seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
+    return to_seconds(stamp)
 
 
 def start_streamer(tmp_path, name, **params):

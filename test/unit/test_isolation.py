@@ -1,7 +1,7 @@
 import pytest
 
-from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.threads import default_threads, thread_env
+from vla_runtime.stack.isolation import claim_domain
 
 
 def test_claims_are_exclusive_and_released():

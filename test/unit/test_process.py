@@ -4,13 +4,13 @@ import subprocess
 import sys
 import time
 
-from vla_runtime.nodes.process import popen_child
+from vla_runtime.stack.process import popen_child
 
 
 def test_child_dies_with_its_parent():
     """A parent that dies without cleaning up (SIGKILL) takes its popen_child with it."""
     parent_code = (
-        "import sys, time; from vla_runtime.nodes.process import popen_child;"
+        "import sys, time; from vla_runtime.stack.process import popen_child;"
         "child = popen_child([sys.executable, '-c', 'import time; time.sleep(60)']);"
         "print(child.pid, flush=True); time.sleep(60)"
     )

@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from vla_runtime.core.stack import (
+from vla_runtime.stack.resolver import (
     StackError,
     available_stacks,
     coerce_scalar,

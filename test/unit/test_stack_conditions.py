@@ -1,6 +1,6 @@
 """Stack node conditions naming several arguments, and where the stacks use them."""
 
-from vla_runtime.core.stack import resolve_stack
+from vla_runtime.stack.resolver import resolve_stack
 
 
 def test_if_and_unless_may_list_several_arguments(tmp_path):

@@ -25,10 +25,11 @@ import time
 
 import numpy as np
 
-from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
-from vla_runtime.nodes.process import popen_child
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.stack.isolation import claim_domain
+from vla_runtime.stack.process import popen_child
 
 MOVED_RAD = 1e-3
 STEP_RAD, STEP_S = 0.05, 0.5  # latency probe: 0.1 rad/s, so the command passes 1 mrad in 10 ms
@@ -135,7 +136,7 @@ class DriverProbe:
         n = len(self.joints)
         self.q = np.array(msg.position[:n])
         self.fingers = np.array(msg.position[n:])
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(msg.header.stamp)
         self.samples.append((self.now(), stamp, self.q))
 
     def spin_for(self, seconds: float) -> None:

@@ -40,16 +40,18 @@ from pathlib import Path
 import numpy as np
 
 from vla_runtime.core import topics
-from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
-from vla_runtime.core.stack import NodeSpec, params_file_content, resolve_stack, ros_arguments
 from vla_runtime.engine.model import default_spec
 from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
 from vla_runtime.engine.remote import PolicyServer
-from vla_runtime.launcher import node_module
-from vla_runtime.nodes.process import popen_child
-from vla_runtime.nodes.runtime import BackgroundSpinner
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import BackgroundSpinner
+from vla_runtime.stack.isolation import claim_domain
+from vla_runtime.stack.launcher import node_module
+from vla_runtime.stack.process import popen_child
+from vla_runtime.stack.resolver import NodeSpec, params_file_content, resolve_stack, ros_arguments
 
 ALL_FAULTS = (
     "baseline",
@@ -208,7 +210,6 @@ class Recorder:
     def __init__(self, domain_id: int, robot):
         import rclpy
         from rclpy.context import Context
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Bool, Empty, Float64MultiArray, String
@@ -233,7 +234,7 @@ class Recorder:
                 q, dq = np.array(msg.position)[cols], np.array(msg.velocity)[cols]
             except (KeyError, IndexError):
                 return
-            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            stamp = to_seconds(msg.header.stamp)
             self.sim_now = stamp
             self.states.append((stamp, q, dq))
 
@@ -244,18 +245,17 @@ class Recorder:
         sub(String, topics.SAFETY_EVENTS,
             lambda m: self.events.append((self.sim_now, json.loads(m.data))), 10000)  # fmt: skip
         sub(JointTrajectory, topics.ACTION_CHUNK, lambda m: self.chunks.append(
-            (self.sim_now, m.header.stamp.sec + m.header.stamp.nanosec * 1e-9)), 1000)  # fmt: skip
+            (self.sim_now, to_seconds(m.header.stamp))), 1000)  # fmt: skip
         sub(JointState, topics.COMMAND, lambda m: self.commands.append(self.sim_now), 1000)
         sub(String, FAULT_EVENTS, lambda m: self.injected.append(json.loads(m.data)), 1000)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)  # fmt: skip
+        latched = LATCHED
         self.pubs = {
             "fault": pub(String, FAULT_COMMAND, 10),
             "clock": pub(Clock, topics.CLOCK, 10),
             "command": pub(JointState, topics.COMMAND, 100),
             "state": pub(JointState, topics.JOINT_STATES, 10),
             "chunk": pub(JointTrajectory, topics.ACTION_CHUNK, 10),
-            "estop_reset": pub(Empty, "/vla/estop/reset", 10),
+            "estop_reset": pub(Empty, topics.ESTOP_RESET, 10),
             "estop": pub(Bool, topics.ESTOP, 10),
             "scene_xml": pub(String, topics.SIM_SCENE_XML, latched),
             "scene_state": pub(Float64MultiArray, topics.SIM_SCENE_STATE, 10),

@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 from vla_runtime.core.interpolation import Limits, limits_for
-from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
 from vla_runtime.nodes.streamer import StreamerNode
+from vla_runtime.stack.isolation import claim_domain
 
 CHUNK_LEN, CHUNK_DT = 50, 0.02
 PATH_S = 3.0  # seconds of path the task needs

@@ -16,6 +16,7 @@ CHECKED_CHUNK = "/vla/checked_chunk"
 # velocity filled. The gate converts it to the driver's interface.
 COMMAND = "/vla/command"
 ESTOP = "/vla/estop"
+ESTOP_RESET = "/vla/estop/reset"  # std_msgs/Empty: clears a latched e-stop
 # Episode boundaries (std_msgs/String, one JSON object, transient local): {"episode", "seed",
 # "task", "instruction", "stamp"}. Published when a new episode starts (a simulated reset, or an
 # operator's on a real arm); the engine, safety and streamer drop what belongs to the previous

@@ -3,7 +3,7 @@ LeRobot v3 dataset with their success label (failed expert episodes are kept, la
 
 Two environments behind one small interface (`reset(seed) -> Frame`, `step(q, width) -> Frame`):
 
-- `nodes.expert.RosEnv` (the default, `--mode lockstep|realtime`): the real node stack. The
+- `stack.sim_harness.RosEnv` (the default, `--mode lockstep|realtime`): the real node stack. The
   task sim driver (`vla_runtime.nodes.task_driver`) and one sim camera node per camera run as
   processes; the collector is an rclpy node on the runtime's topics: it reads the camera
   images, /joint_states and /sim/scene_state (the expert's known state), publishes the
@@ -33,13 +33,13 @@ from vla_runtime.data.expert_recording import (
 )
 from vla_runtime.data.recovery import collect_recovery
 from vla_runtime.data.sim_env import DEFAULT_IMAGE_SIZE, InProcessEnv
-from vla_runtime.nodes.expert import RosEnv
 from vla_runtime.sim.tasks import (
     TASKS,
     SceneReader,
     check_task,
     scene_colours,
 )
+from vla_runtime.stack.sim_harness import RosEnv
 
 
 def collect(

@@ -37,13 +37,12 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.paths import shipped_checkpoint
-from vla_runtime.core.stack import StackError, coerce_scalar
 from vla_runtime.data import stack_eval
 from vla_runtime.data.sim_env import InProcessEnv, clip_to_limits
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
-from vla_runtime.nodes.expert import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
+from vla_runtime.ros.messages import to_seconds
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
     TASKS,
@@ -51,6 +50,8 @@ from vla_runtime.sim.tasks import (
     is_success,
     scene_colours,
 )
+from vla_runtime.stack.resolver import StackError, coerce_scalar
+from vla_runtime.stack.sim_harness import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
 
 EVAL_SEED = 90000
 DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next inference
@@ -225,7 +226,7 @@ def evaluate_stack(
                 continue
             latency = 1e3 * (time.perf_counter() - t0)
             msg = chunks[-1]
-            stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            stamp = to_seconds(msg.header.stamp)
             if abs(stamp - t_obs) < 1e-4 or (realtime and stamp >= t_obs - 1e-4):
                 return msg, latency
             if time.monotonic() > deadline:  # the engine keeps using older frames

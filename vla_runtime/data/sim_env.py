@@ -2,7 +2,7 @@
 every collection and evaluation environment shares: the frame, the cameras, one control period
 of physics, the action clip the harness applies.
 
-`nodes.expert.RosEnv` is the same interface over the node stack (`reset(seed) -> Frame`,
+`stack.sim_harness.RosEnv` is the same interface over the node stack (`reset(seed) -> Frame`,
 `step(q, width) -> Frame`).
 """
 

@@ -29,13 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from vla_runtime.core import topics
-from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.stack import Stack, resolve_stack
 from vla_runtime.data.stack_plot import plot_run
-from vla_runtime.launcher import node_env, start_node, stop_nodes
-from vla_runtime.nodes.runtime import close_private_node, private_node
 from vla_runtime.nodes.task_driver import EpisodeClient
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.qos import latched as latched_qos
+from vla_runtime.ros.runtime import close_private_node, private_node
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
     SceneReader,
@@ -44,6 +43,9 @@ from vla_runtime.sim.tasks import (
     make_setup,
     scene_colours,
 )
+from vla_runtime.stack.isolation import claim_domain
+from vla_runtime.stack.launcher import node_env, start_node, stop_nodes
+from vla_runtime.stack.resolver import Stack, resolve_stack
 
 STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of a fresh stack
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
@@ -168,9 +170,6 @@ class StackHarness:
 
     def __init__(self, stack: Stack, record_motion: bool = False, echo: bool = False):
         from rclpy.qos import (
-            DurabilityPolicy,
-            QoSProfile,
-            ReliabilityPolicy,
             qos_profile_sensor_data,
         )
 
@@ -192,11 +191,7 @@ class StackHarness:
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray, String
 
-        latched = QoSProfile(
-            depth=5,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
+        latched = latched_qos(5)
         self.scene: tuple[float, np.ndarray] | None = None
         self.episodes: list[dict] = []
         self.safety_events: list[dict] = []
@@ -229,7 +224,7 @@ class StackHarness:
             events.append({"event": "malformed", "text": msg.data[:200]})
 
     def _on_engine_stats(self, array) -> None:
-        stamp = array.header.stamp.sec + array.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(array.header.stamp)
         for status in array.status:
             values = {kv.key: kv.value for kv in status.values}
             level = status.level  # a byte field: bytes of length 1 in rclpy
@@ -237,12 +232,12 @@ class StackHarness:
             self.engine_stats.append((stamp, level, values))
 
     def _on_streamer_stats(self, array) -> None:
-        stamp = array.header.stamp.sec + array.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(array.header.stamp)
         for status in array.status:
             self.streamer_stats.append((stamp, {kv.key: kv.value for kv in status.values}))
 
     def _on_motion(self, kind: str, msg) -> None:
-        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        t = to_seconds(msg.header.stamp)
         if kind == "state" and self.motion and t - self.motion[-1][1] < 0.02:
             return  # 50 Hz is plenty for a plot
         index = {n: i for i, n in enumerate(msg.name)}

@@ -10,10 +10,7 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-
-
-def seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
+from vla_runtime.ros.messages import to_seconds
 
 
 class CommandTopics:
@@ -36,10 +33,10 @@ class CommandTopics:
             reason = self.command.set_trajectory(
                 list(msg.joint_names),
                 [list(p.positions) for p in points],
-                [seconds(p.time_from_start) for p in points],
+                [to_seconds(p.time_from_start) for p in points],
                 velocities=[list(p.velocities) for p in points],
                 accelerations=[list(p.accelerations) for p in points],
-                start_time=seconds(msg.header.stamp),
+                start_time=to_seconds(msg.header.stamp),
                 now=self._now(),
             )
         self._report("trajectory", reason)

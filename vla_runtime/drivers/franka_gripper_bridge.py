@@ -32,7 +32,7 @@ from std_msgs.msg import Float64MultiArray, String
 from vla_runtime.core import topics
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
-from vla_runtime.nodes.runtime import ThrottledLog, run_node
+from vla_runtime.ros.runtime import ThrottledLog, run_node
 
 try:  # franka_ros2's message package: a colcon workspace or distribution package, never pip
     from franka_msgs.action import Grasp, Move

@@ -37,7 +37,7 @@ from vla_runtime.core.streaming_command import (
     classify_libfranka_error,
 )
 from vla_runtime.drivers.command_topics import CommandTopics
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.ros.runtime import run_node
 
 GRIPPER_POLL_S = 0.1
 # parameter prefix -> key of `controllers:` in config/robots/<robot>.yaml

@@ -34,7 +34,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.streaming_command import ArmCommand, Reconnector
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
 from vla_runtime.drivers.command_topics import CommandTopics
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.ros.runtime import run_node
 
 SPEED_SCALING = "/speed_scaling_state_broadcaster/speed_scaling"
 

@@ -14,9 +14,11 @@ beta_max = 1 / dtau (10 for 10 steps, the paper's value) so one guided step cann
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 VelocityFn = Callable[[torch.Tensor, float], torch.Tensor]
@@ -94,3 +96,29 @@ def denoise(
             g = weights * (guidance.target - (a + (1.0 - tau) * v))
         a = (a + dtau * (v + guidance_weight(tau, beta_max) * g)).detach()
     return a
+
+
+def plan_prefix(
+    plan_times: np.ndarray,
+    plan_positions: np.ndarray,
+    t_obs: float,
+    dt: float,
+    horizon_s: float,
+) -> np.ndarray | None:
+    """Plan positions resampled at the new chunk's action times t_obs + (k+1)·dt that fall
+    within `horizon_s` of the capture (actions that will run while the chunk is computed) and
+    within the plan. `plan_times` are absolute (s). None when nothing overlaps."""
+    if len(plan_times) == 0 or horizon_s <= 0:
+        return None
+    steps = int(math.floor(horizon_s / dt + 1e-9))
+    grid = t_obs + dt * np.arange(1, steps + 1)
+    grid = grid[(grid >= plan_times[0]) & (grid <= plan_times[-1])]
+    if grid.size == 0:
+        return None
+    # Guidance applies to the first actions of the chunk only: the overlap must start at k=0.
+    if not math.isclose(grid[0], t_obs + dt, abs_tol=1e-9):
+        return None
+    return np.stack(
+        [np.interp(grid, plan_times, plan_positions[:, j]) for j in range(plan_positions.shape[1])],
+        axis=1,
+    )

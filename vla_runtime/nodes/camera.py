@@ -24,7 +24,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
@@ -41,7 +41,8 @@ from vla_runtime.drivers.cameras import (
     output_size,
     resize_frame,
 )
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import run_node
 
 SOURCES = ("sim", "device", "file")
 DEFAULT_FPS = 15.0  # files whose fps is unknown
@@ -275,11 +276,7 @@ class CameraNode(Node):
     # ------------------------------------------------------------ sim
 
     def _start_sim(self) -> None:
-        latched = QoSProfile(
-            depth=1,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
+        latched = LATCHED
         self.create_subscription(String, topics.SIM_SCENE_XML, self._on_scene_xml, latched)
         self.create_subscription(
             Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, qos_profile_sensor_data

@@ -36,7 +36,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -47,151 +47,21 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.threads import resolve_threads
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import (
-    ActionSpace,
     ComputeMode,
     Observation,
     PolicyError,
     PolicySpec,
-    chunk_to_positions,
-    positions_to_chunk,
 )
 from vla_runtime.engine.remote import RemoteClient, load_client_keys
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.engine.rtc import plan_prefix
+from vla_runtime.engine.state_mapping import StateMapping, SyncError
+from vla_runtime.ros.messages import image_from_msg, to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import run_node
 
 BACKENDS = ("torch", "onnxruntime", "tensorrt", "remote")
 RUN_MODES = ("on_request", "continuous")
-GRIPPER_STATES = ("sum", "mean", "none")
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
-
-
-class SyncError(RuntimeError):
-    """The inputs do not form a usable observation (missing or stale camera or state)."""
-
-
-# ------------------------------------------------------------------------------ pure helpers
-
-
-@dataclass(frozen=True)
-class StateMapping:
-    """How /joint_states becomes the policy state and how actions become joint positions."""
-
-    arm_joints: tuple[str, ...]
-    gripper_joints: tuple[str, ...] = ()
-    gripper_state: str = "sum"  # sum | mean | none
-    # The chunk column carrying the gripper: by default the first finger joint, holding one
-    # finger's opening (width / 2 for a two-finger gripper), the unit a JointTrajectoryController
-    # and the sim driver take (core/topics.py).
-    gripper_name: str = ""
-
-    def __post_init__(self):
-        if self.gripper_state not in GRIPPER_STATES:
-            raise ValueError(f"gripper_state must be one of {GRIPPER_STATES}")
-        if self.gripper_state != "none" and not self.gripper_joints:
-            raise ValueError(f"gripper_state '{self.gripper_state}' needs gripper_joints")
-
-    @property
-    def has_gripper(self) -> bool:
-        return self.gripper_state != "none"
-
-    @property
-    def state_dim(self) -> int:
-        return len(self.arm_joints) + int(self.has_gripper)
-
-    @property
-    def joint_names(self) -> list[str]:
-        gripper = self.gripper_name or (self.gripper_joints[:1] and self.gripper_joints[0])
-        return [*self.arm_joints, *([gripper] if self.has_gripper else [])]
-
-    @property
-    def _gripper_scale(self) -> float:
-        """Policy gripper value -> published per-finger opening."""
-        return 1.0 / len(self.gripper_joints) if self.gripper_state == "sum" else 1.0
-
-    def state_from(self, names, positions) -> np.ndarray:
-        """State vector from a JointState's names/positions; SyncError names missing joints."""
-        index = {name: i for i, name in enumerate(names)}
-        wanted = self.arm_joints + (self.gripper_joints if self.has_gripper else ())
-        missing = [j for j in wanted if j not in index or index[j] >= len(positions)]
-        if missing:
-            raise SyncError(f"joint state lacks {missing}")
-        arm = [positions[index[j]] for j in self.arm_joints]
-        if self.has_gripper:
-            fingers = [positions[index[j]] for j in self.gripper_joints]
-            arm.append(sum(fingers) if self.gripper_state == "sum" else sum(fingers) / len(fingers))
-        state = np.asarray(arm, dtype=np.float32)
-        if not np.all(np.isfinite(state)):
-            raise SyncError(f"joint state is not finite: {state.tolist()}")
-        return state
-
-    def check_spec(self, spec: PolicySpec) -> None:
-        if spec.state_dim != self.state_dim:
-            raise ValueError(
-                f"policy state_dim {spec.state_dim} != {len(self.arm_joints)} arm joints"
-                f"{' + 1 gripper' if self.has_gripper else ''}: set arm_joints/gripper_state"
-            )
-        if spec.action_dim != self.state_dim:
-            raise ValueError(
-                f"policy action_dim {spec.action_dim} does not match the {self.state_dim} "
-                f"columns {self.joint_names}"
-            )
-        if spec.action_space == ActionSpace.EE_DELTAS:
-            raise ValueError("end-effector delta policies need an IK stage; not supported here")
-
-    def to_positions(self, actions: np.ndarray, state: np.ndarray, spec: PolicySpec):
-        """Chunk actions -> published joint-position rows (per-finger gripper opening)."""
-        positions = chunk_to_positions(actions, state, spec)
-        if self.has_gripper:
-            positions[:, -1] *= self._gripper_scale
-        return positions
-
-    def to_actions(self, positions: np.ndarray, state: np.ndarray, spec: PolicySpec):
-        """Inverse of `to_positions` (for the guidance plan)."""
-        rows = np.array(positions, dtype=np.float64)
-        if self.has_gripper:
-            rows[:, -1] /= self._gripper_scale
-        return positions_to_chunk(rows, state, spec).astype(np.float32)
-
-
-def image_from_msg(msg: Image) -> np.ndarray:
-    """HxWx3 uint8 RGB view of an rgb8/bgr8 Image (rows may be padded: `step`)."""
-    if msg.encoding not in ("rgb8", "bgr8"):
-        raise ValueError(f"unsupported image encoding '{msg.encoding}' (need rgb8 or bgr8)")
-    h, w, step = int(msg.height), int(msg.width), int(msg.step)
-    if step < w * 3 or len(msg.data) < h * step:
-        raise ValueError(f"image data too short: {len(msg.data)} bytes for {h}x{w} step {step}")
-    rows = np.frombuffer(msg.data, dtype=np.uint8, count=h * step).reshape(h, step)
-    image = rows[:, : w * 3].reshape(h, w, 3)
-    return image[:, :, ::-1] if msg.encoding == "bgr8" else image
-
-
-def plan_prefix(
-    plan_times: np.ndarray,
-    plan_positions: np.ndarray,
-    t_obs: float,
-    dt: float,
-    horizon_s: float,
-) -> np.ndarray | None:
-    """Plan positions resampled at the new chunk's action times t_obs + (k+1)·dt that fall
-    within `horizon_s` of the capture (actions that will run while the chunk is computed) and
-    within the plan. `plan_times` are absolute (s). None when nothing overlaps."""
-    if len(plan_times) == 0 or horizon_s <= 0:
-        return None
-    steps = int(math.floor(horizon_s / dt + 1e-9))
-    grid = t_obs + dt * np.arange(1, steps + 1)
-    grid = grid[(grid >= plan_times[0]) & (grid <= plan_times[-1])]
-    if grid.size == 0:
-        return None
-    # Guidance applies to the first actions of the chunk only: the overlap must start at k=0.
-    if not math.isclose(grid[0], t_obs + dt, abs_tol=1e-9):
-        return None
-    return np.stack(
-        [np.interp(grid, plan_times, plan_positions[:, j]) for j in range(plan_positions.shape[1])],
-        axis=1,
-    )
-
-
-def stamp_seconds(stamp: TimeMsg) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 # ------------------------------------------------------------------------------ the node
@@ -287,11 +157,7 @@ class EngineNode(Node):
         self.camera_topics: list[str] = []
         self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.ENGINE_STATS, 10)
-        latched = QoSProfile(
-            depth=1,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
+        latched = LATCHED
         self.create_subscription(String, topics.INSTRUCTION, self._on_instruction, latched)
         self.create_subscription(String, topics.COMPUTE_MODE, self._on_compute_mode, 10)
         self.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
@@ -450,7 +316,7 @@ class EngineNode(Node):
                 continue
             with self._lock:
                 request = self._pending_request
-                newest = max((stamp_seconds(f.stamp) for f in self._frames.values()), default=None)
+                newest = max((to_seconds(f.stamp) for f in self._frames.values()), default=None)
             if self.run_mode == "on_request":
                 if request is None:
                     continue
@@ -541,17 +407,17 @@ class EngineNode(Node):
             ]
             raise SyncError(f"no image yet from camera(s) {missing} ({', '.join(topics_missing)})")
         episode_start = self._episode_start
-        old = [n for n, f in frames.items() if stamp_seconds(f.stamp) < episode_start]
+        old = [n for n, f in frames.items() if to_seconds(f.stamp) < episode_start]
         if old:
             raise SyncError(f"waiting for frames of the new episode from camera(s) {old}")
-        ages = {name: now - stamp_seconds(frame.stamp) for name, frame in frames.items()}
+        ages = {name: now - to_seconds(frame.stamp) for name, frame in frames.items()}
         stale = {name: age for name, age in ages.items() if age > self.max_image_age_s}
         if stale:
             described = ", ".join(f"{n} {a:.3f} s" for n, a in sorted(stale.items()))
             raise SyncError(f"stale image(s): {described} old (max {self.max_image_age_s} s)")
         if joint_state is None:
             raise SyncError(f"no joint state received on {topics.JOINT_STATES}")
-        state_stamp = stamp_seconds(joint_state.header.stamp) or received  # unstamped: receipt
+        state_stamp = to_seconds(joint_state.header.stamp) or received  # unstamped: receipt
         if state_stamp < episode_start:
             raise SyncError("waiting for a joint state of the new episode")
         ages["state"] = now - state_stamp
@@ -560,12 +426,12 @@ class EngineNode(Node):
                 f"stale joint state: {ages['state']:.3f} s old (max {self.max_state_age_s} s)"
             )
         state = self.mapping.state_from(joint_state.name, joint_state.position)
-        newest = max(frames.values(), key=lambda f: stamp_seconds(f.stamp))
+        newest = max(frames.values(), key=lambda f: to_seconds(f.stamp))
         observation = Observation(
             images={c.name: frames[c.name].image for c in self.spec.cameras},
             state=state,
             instruction=instruction,
-            stamp=stamp_seconds(newest.stamp),
+            stamp=to_seconds(newest.stamp),
         )
         return observation, newest.stamp, ages
 
@@ -582,10 +448,8 @@ class EngineNode(Node):
             rows = np.array([[p.positions[index[n]] for n in columns] for p in request.points])
         except IndexError:
             return None
-        start = stamp_seconds(request.header.stamp) or observation.stamp
-        times = start + np.array(
-            [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in request.points]
-        )
+        start = to_seconds(request.header.stamp) or observation.stamp
+        times = start + np.array([to_seconds(p.time_from_start) for p in request.points])
         if not (np.all(np.isfinite(rows)) and np.all(np.diff(times) > 0)):
             return None
         expected_delay = float(np.median(self._latencies_s))

@@ -31,7 +31,8 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.nodes.runtime import run_node
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.runtime import run_node
 
 FAULT_COMMAND = "/vla/fault/command"
 FAULT_EVENTS = "/vla/fault/events"
@@ -134,7 +135,7 @@ class FaultInjectorNode(Node):
     def _on_chunk(self, msg: JointTrajectory) -> None:
         now = self._now()
         fate, delay = self.faults.fate(now)
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(msg.header.stamp)
         self._emit(event="chunk", stamp=stamp, fate=fate, delay_s=delay, now=now)
         if fate == "drop":
             return

@@ -45,15 +45,12 @@ from vla_runtime.core.safety.chunk_check import (
 )
 from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
-from vla_runtime.nodes.runtime import LATCHED, run_node
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
 
-ESTOP_RESET = "/vla/estop/reset"
 SCENE_STATE_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
-
-
-def _seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 def _json(value):
@@ -144,7 +141,7 @@ class SafetyNode(Node):
         # Best effort matches reliable and best-effort publishers (franka_ros2's broadcasters).
         sub(JointState, self.robot.state_topic, self._on_state, qos_profile_sensor_data)
         sub(Bool, topics.ESTOP, self._on_estop, 10)
-        sub(Empty, ESTOP_RESET, self._on_reset, 10)
+        sub(Empty, topics.ESTOP_RESET, self._on_reset, 10)
         sub(String, topics.EPISODE, self._on_episode, LATCHED)
         if self.consequence_mode != "off":
             sub(String, topics.SIM_SCENE_XML, self._on_scene_xml, LATCHED)
@@ -185,7 +182,7 @@ class SafetyNode(Node):
         except (KeyError, IndexError):
             self._publish_events([{"event": "state_rejected", "reason": "malformed joint state"}])
             return
-        stamp = _seconds(msg.header.stamp)
+        stamp = to_seconds(msg.header.stamp)
         if stamp < self._episode_start:  # measured before the reset: not the arm of now
             return
         self.gate.update_state(q, stamp)
@@ -202,7 +199,7 @@ class SafetyNode(Node):
                 width = 2.0 * msg.position[index[self._gripper_joint]]
         except (KeyError, IndexError):
             arm, width = [math.nan], None  # the gate rejects and reports it
-        self.gate.command(arm, width, _seconds(msg.header.stamp), now)
+        self.gate.command(arm, width, to_seconds(msg.header.stamp), now)
 
     def _on_estop(self, msg: Bool) -> None:
         if msg.data:
@@ -321,8 +318,8 @@ class SafetyNode(Node):
     def _check(self, msg: JointTrajectory) -> Verdict:
         chunk = Chunk(
             tuple(msg.joint_names),
-            _seconds(msg.header.stamp),
-            tuple(_seconds(p.time_from_start) for p in msg.points),
+            to_seconds(msg.header.stamp),
+            tuple(to_seconds(p.time_from_start) for p in msg.points),
             tuple(tuple(p.positions) for p in msg.points),
         )
         now = self._now()
@@ -355,7 +352,7 @@ class SafetyNode(Node):
         event = {
             "event": "chunk",
             "chunk": chunk_id,
-            "stamp": _seconds(msg.header.stamp),
+            "stamp": to_seconds(msg.header.stamp),
             "check_ms": check_ms,
             **verdict.event(),
         }
@@ -363,7 +360,7 @@ class SafetyNode(Node):
 
     def _checked_message(self, msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
         out = JointTrajectory(header=msg.header, joint_names=list(msg.joint_names))
-        if verdict.stamp is not None and verdict.stamp != _seconds(msg.header.stamp):
+        if verdict.stamp is not None and verdict.stamp != to_seconds(msg.header.stamp):
             sec, nanosec = divmod(round(verdict.stamp * 1e9), 10**9)  # re-timed
             out.header.stamp.sec, out.header.stamp.nanosec = sec, nanosec
         for t, row in zip(verdict.times, verdict.positions, strict=True):

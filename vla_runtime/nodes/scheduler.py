@@ -21,7 +21,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
@@ -32,12 +32,9 @@ from vla_runtime.core.paths import config_dir
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
 from vla_runtime.engine.policy import ComputeMode, PolicyError
-from vla_runtime.nodes.engine import image_from_msg, stamp_seconds
-from vla_runtime.nodes.runtime import run_node
-
-
-def _duration(d) -> float:
-    return d.sec + d.nanosec * 1e-9
+from vla_runtime.ros.messages import image_from_msg, to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import run_node
 
 
 class SchedulerNode(Node):
@@ -58,11 +55,7 @@ class SchedulerNode(Node):
 
         self._mode_pub = self.create_publisher(String, topics.COMPUTE_MODE, 10)
         self._signals_pub = self.create_publisher(DiagnosticArray, topics.SCHEDULER_SIGNALS, 10)
-        latched = QoSProfile(
-            depth=1,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
+        latched = LATCHED
         sub = self.create_subscription
         sub(JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data)
         for camera in cameras:
@@ -98,7 +91,7 @@ class SchedulerNode(Node):
             return
         arm = [msg.position[index[j]] for j in self.arm_joints]
         gripper = msg.position[index[self.gripper_joint]] if self.gripper_joint in index else None
-        t = stamp_seconds(msg.header.stamp) or self.get_clock().now().nanoseconds * 1e-9
+        t = to_seconds(msg.header.stamp) or self.get_clock().now().nanoseconds * 1e-9
         self.tracker.joint_state(t, arm, gripper)
 
     def _on_image(self, camera: str, msg: Image) -> None:
@@ -151,11 +144,11 @@ class SchedulerNode(Node):
         if self.gripper_joint not in msg.joint_names or len(msg.points) < 2:
             return
         column = list(msg.joint_names).index(self.gripper_joint)
-        dt = _duration(msg.points[1].time_from_start) - _duration(msg.points[0].time_from_start)
+        dt = to_seconds(msg.points[1].time_from_start) - to_seconds(msg.points[0].time_from_start)
         if dt <= 0:
             return
         openings = [p.positions[column] for p in msg.points]
-        self.tracker.plan(stamp_seconds(msg.header.stamp), dt, openings)
+        self.tracker.plan(to_seconds(msg.header.stamp), dt, openings)
         self._update()
 
     # -- output ----------------------------------------------------------------------------

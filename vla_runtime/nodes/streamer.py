@@ -50,7 +50,9 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
-from vla_runtime.nodes.runtime import LATCHED, ThrottledLog, run_node
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import ThrottledLog, run_node
 
 TICK_SOURCES = ("auto", "thread", "timer")
 REQUEST_PREFIX = "req:"
@@ -89,10 +91,6 @@ def parse_request_id(frame_id: str) -> int | None:
         except ValueError:
             return None
     return None
-
-
-def stamp_seconds(stamp) -> float:
-    return stamp.sec + stamp.nanosec * 1e-9
 
 
 class StreamerNode(Node):
@@ -279,7 +277,7 @@ class StreamerNode(Node):
         self.get_logger().info(f"episode {self._episode} from t={start:.3f}: restarting")
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if stamp_seconds(msg.header.stamp) < self._episode_start:
+        if to_seconds(msg.header.stamp) < self._episode_start:
             return  # measured before the reset
         index = {name: i for i, name in enumerate(msg.name)}
         if self.streamer is not None:
@@ -325,7 +323,7 @@ class StreamerNode(Node):
         if self.streamer is None:
             self._warn("chunk before the first joint state: ignored")
             return
-        if stamp_seconds(msg.header.stamp) < self._episode_start:
+        if to_seconds(msg.header.stamp) < self._episode_start:
             parsed = "observed before the episode started"
         else:
             parsed = self._parse_chunk(msg)
@@ -338,7 +336,7 @@ class StreamerNode(Node):
         times, positions = parsed
         with self._lock:
             result = self.streamer.merge_chunk(
-                now, stamp_seconds(msg.header.stamp), times, positions,
+                now, to_seconds(msg.header.stamp), times, positions,
                 parse_request_id(msg.header.frame_id),
             )  # fmt: skip
         if not result.accepted:
@@ -363,7 +361,7 @@ class StreamerNode(Node):
             if len(point.positions) != len(names):
                 return f"point {k}: {len(point.positions)} positions for {len(names)} joints"
             rows.append([point.positions[c] if c is not None else held_gripper for c in columns])
-            times.append(point.time_from_start.sec + point.time_from_start.nanosec * 1e-9)
+            times.append(to_seconds(point.time_from_start))
         return np.array(times), np.array(rows, dtype=float).reshape(len(rows), len(columns))
 
     # ------------------------------------------------------------------ stats

@@ -29,7 +29,8 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.drivers.sim.node import SimDriverNode
-from vla_runtime.nodes.runtime import LATCHED, run_node
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.tasks import TASKS, TaskSimulator
 
 REARM_TOLERANCE = 0.05  # rad, the safety gate's start tolerance

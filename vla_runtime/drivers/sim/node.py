@@ -38,7 +38,9 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
-from vla_runtime.nodes.runtime import LATCHED, run_node
+from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import SceneConfig
 
@@ -267,12 +269,12 @@ class SimDriverNode(Node):
     # -- commands ----------------------------------------------------------------------------
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         points = msg.points
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(msg.header.stamp)
         with self._lock:
             reason = self.sim.set_trajectory(
                 list(msg.joint_names),
                 [list(p.positions) for p in points],
-                [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in points],
+                [to_seconds(p.time_from_start) for p in points],
                 velocities=[list(p.velocities) for p in points],
                 accelerations=[list(p.accelerations) for p in points],
                 start_time=stamp,

@@ -10,7 +10,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
-from vla_runtime.core.stack import coerce_scalar, load_stack_file, resolve_stack
+from vla_runtime.stack.resolver import coerce_scalar, load_stack_file, resolve_stack
 
 
 def stack_launch_description(stack_name: str) -> LaunchDescription:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from vla_runtime.core.isolation import DomainClaim, claim_domain
-from vla_runtime.core.stack import NodeSpec, Stack, params_file_content, ros_arguments
-from vla_runtime.nodes.monitor import RunMonitor
-from vla_runtime.nodes.process import popen_child
-from vla_runtime.nodes.runtime import BackgroundSpinner
+from vla_runtime.ros.runtime import BackgroundSpinner
+from vla_runtime.stack.isolation import DomainClaim, claim_domain
+from vla_runtime.stack.monitor import RunMonitor
+from vla_runtime.stack.process import popen_child
+from vla_runtime.stack.resolver import NodeSpec, Stack, params_file_content, ros_arguments
 
 STOP_GRACE_S = 10.0  # SIGINT -> SIGTERM
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL

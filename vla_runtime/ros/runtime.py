@@ -19,13 +19,8 @@ from collections.abc import Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
-# Latest value kept for late joiners (scene, instruction, episode announcements).
-LATCHED = QoSProfile(
-    depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
-)
 SHUTDOWN_REPORT_S = 7.0  # the launcher escalates to SIGTERM after 10 s
 
 

@@ -19,23 +19,20 @@ from pathlib import Path
 import numpy as np
 
 from vla_runtime.core import topics
-from vla_runtime.core.isolation import claim_domain
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.stack import Stack, resolve_stack
 from vla_runtime.data.sim_env import PHYSICS_STEPS, Frame
-from vla_runtime.launcher import NodeProcess, node_env, start_node, stop_nodes
-from vla_runtime.nodes.engine import image_from_msg
-from vla_runtime.nodes.runtime import close_private_node, private_node
 from vla_runtime.nodes.task_driver import EpisodeClient
+from vla_runtime.ros.messages import image_from_msg, to_seconds
+from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.runtime import close_private_node, private_node
 from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator, make_setup
+from vla_runtime.stack.isolation import claim_domain
+from vla_runtime.stack.launcher import NodeProcess, node_env, start_node, stop_nodes
+from vla_runtime.stack.resolver import Stack, resolve_stack
 
 STARTUP_TIMEOUT_S = 120.0
 STEP_TIMEOUT_S = 20.0
 EPS = 1e-4  # s: stamps on the 1 ms physics grid compare within this
-
-
-def _stamp(msg_stamp) -> float:
-    return msg_stamp.sec + msg_stamp.nanosec * 1e-9
 
 
 def sim_stack(
@@ -88,9 +85,6 @@ class SimStack:
         parameters: dict[str, dict] | None = None,
     ):
         from rclpy.qos import (
-            DurabilityPolicy,
-            QoSProfile,
-            ReliabilityPolicy,
             qos_profile_sensor_data,
         )
         from sensor_msgs.msg import Image, JointState
@@ -117,11 +111,7 @@ class SimStack:
         except BaseException:
             self.close()
             raise
-        latched = QoSProfile(
-            depth=1,
-            reliability=ReliabilityPolicy.RELIABLE,
-            durability=DurabilityPolicy.TRANSIENT_LOCAL,
-        )
+        latched = LATCHED
         self.images: dict[str, tuple[float, np.ndarray]] = {}
         self.joint_state: tuple[float, np.ndarray] | None = None
         self.scene_state: tuple[float, np.ndarray] | None = None
@@ -162,12 +152,12 @@ class SimStack:
 
     # -- subscriptions ---------------------------------------------------------------------
     def _on_image(self, camera: str, msg) -> None:
-        self.images[camera] = (_stamp(msg.header.stamp), image_from_msg(msg).copy())
+        self.images[camera] = (to_seconds(msg.header.stamp), image_from_msg(msg).copy())
 
     def _on_joint_state(self, msg) -> None:
         if self._joint_index is None:
             self._joint_index = {n: i for i, n in enumerate(msg.name)}
-        self.joint_state = (_stamp(msg.header.stamp), np.asarray(msg.position))
+        self.joint_state = (to_seconds(msg.header.stamp), np.asarray(msg.position))
 
     def _on_scene_state(self, msg) -> None:
         values = np.asarray(msg.data)

@@ -1,0 +1,17 @@
+"""QoS profiles the runtime's topics share."""
+
+from __future__ import annotations
+
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+
+def latched(depth: int = 1) -> QoSProfile:
+    """The newest `depth` messages kept for late joiners (scene, instruction, episodes)."""
+    return QoSProfile(
+        depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    )
+
+
+LATCHED = latched()
