@@ -46,7 +46,7 @@ setup(
         "console_scripts": [
             "vla-runtime = vla_runtime.cli:main",
             "vla-sim-driver = vla_runtime.drivers.sim.node:main",
-            "vla-task-driver = vla_runtime.nodes.task_driver:main",
+            "vla-task-driver = vla_runtime.drivers.sim.task_driver:main",
             "vla-camera = vla_runtime.nodes.camera:main",
             "vla-engine = vla_runtime.nodes.engine:main",
             "vla-streamer = vla_runtime.nodes.streamer:main",
@@ -54,7 +54,7 @@ setup(
             "vla-franky-driver = vla_runtime.drivers.franky_driver:main",
             "vla-franka-gripper = vla_runtime.drivers.franka_gripper_bridge:main",
             "vla-ur-driver = vla_runtime.drivers.ur_rtde_driver:main",
-            "vla-fault-injector = vla_runtime.nodes.fault_injector:main",
+            "vla-fault-injector = vla_runtime.testing.fault_injector:main",
             "vla-scheduler = vla_runtime.nodes.scheduler:main",
         ],
     },

@@ -1,4 +1,4 @@
-"""`vla-runtime`: the single command-line entry point (DESIGN.md §8).
+"""`vla-runtime`: the single command-line entry point (docs/design.md §8).
 
 Each subcommand's module is imported only when it runs (`_entry`): `--help` and a quick
 `launch` need not load torch, MuJoCo and rclpy.

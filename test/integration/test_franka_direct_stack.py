@@ -33,7 +33,7 @@ RUN_S = 60.0
 def write_camera_videos(directory: Path, frames: int = 30, fps: float = 15.0) -> dict[str, Path]:
     """Scene and wrist videos of the reach task with the arm at home, where the test puts the
     franky-sim arm: what the cameras would see when the policy starts."""
-    from vla_runtime.data.sim_env import InProcessEnv
+    from vla_runtime.sim.env import InProcessEnv
 
     env = InProcessEnv("reach", image_size=IMAGE_SIZE)
     paths = {c: directory / f"{c}.avi" for c in env.renderers}

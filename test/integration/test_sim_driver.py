@@ -313,10 +313,10 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
     """After an episode reset the arm is home again. A command still aimed at the old pose is
     ignored (and reported); a whole chunk as one trajectory, starting at home and ending far
     from it (the lock-step evaluation sends these), runs."""
-    from vla_runtime.nodes.task_driver import EpisodeClient
+    from vla_runtime.drivers.sim.task_driver import EpisodeClient
 
     log = tmp_path / "task_driver.log"
-    proc = start_node("vla_runtime.nodes.task_driver", log, "task:=reach")
+    proc = start_node("vla_runtime.drivers.sim.task_driver", log, "task:=reach")
     probe = Probe(rclpy_context)
     episodes = EpisodeClient(probe.node)
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from vla_runtime.data.experts import ArmKinematics, hand_rotation
 from vla_runtime.data.recovery import SimCheckpoint, expert_branch
-from vla_runtime.data.sim_env import InProcessEnv
+from vla_runtime.sim.env import InProcessEnv
 from vla_runtime.sim.tasks import SceneReader, TaskSimulator, scene_colours
 
 

@@ -196,7 +196,7 @@ def bench_nodes(settings: dict, endpoint: str) -> list[NodeProcess]:
         nodes.append(NodeProcess(replace(spec, parameters=params, remappings=tuple(remaps.items())),
                                  node_module(spec.executable)))  # fmt: skip
     injector = NodeSpec("fault_injector", "", {"use_sim_time": True, "cameras": ["scene", "wrist"]})
-    nodes.append(NodeProcess(injector, "vla_runtime.nodes.fault_injector"))
+    nodes.append(NodeProcess(injector, "vla_runtime.testing.fault_injector"))
     return nodes
 
 

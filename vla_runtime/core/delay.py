@@ -1,4 +1,4 @@
-"""Inference delay measured in control steps actually executed (DESIGN.md §3).
+"""Inference delay measured in control steps actually executed (docs/design.md §3).
 
 A request leaves at control step s_req; the chunk answering it arrives when s_arr steps have
 run; the delay sample is s_arr - s_req. Counting executed steps needs no clock shared with the

@@ -1,4 +1,4 @@
-"""Phase-adaptive compute scheduling (DESIGN.md §5): signals -> the compute mode of the next
+"""Phase-adaptive compute scheduling (docs/design.md §5): signals -> the compute mode of the next
 inference. Pure logic, no ROS imports; `nodes/scheduler.py` feeds it.
 
 Four tiers, cheapest last, each mapped to a compute mode by `SchedulerConfig.tiers`:

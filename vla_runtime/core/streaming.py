@@ -1,4 +1,4 @@
-"""Latency-aware streaming of action chunks (DESIGN.md §4), pure logic without ROS.
+"""Latency-aware streaming of action chunks (docs/design.md §4), pure logic without ROS.
 
 Time model: all times are seconds on one clock (ROS time). A command produced at control time
 `now` takes effect at the command time t_c = now + driver_delay. An action of a chunk computed

@@ -1,4 +1,4 @@
-"""Topic names shared by every node (DESIGN.md §2). Import these instead of spelling strings."""
+"""Topic names shared by every node (docs/design.md §2): import these, never spell them."""
 
 JOINT_STATES = "/joint_states"
 CLOCK = "/clock"

@@ -4,7 +4,7 @@ LeRobot v3 dataset with their success label (failed expert episodes are kept, la
 Two environments behind one small interface (`reset(seed) -> Frame`, `step(q, width) -> Frame`):
 
 - `stack.sim_harness.RosEnv` (the default, `--mode lockstep|realtime`): the real node stack. The
-  task sim driver (`vla_runtime.nodes.task_driver`) and one sim camera node per camera run as
+  task sim driver (`vla_runtime.drivers.sim.task_driver`) and one sim camera node per camera run as
   processes; the collector is an rclpy node on the runtime's topics: it reads the camera
   images, /joint_states and /sim/scene_state (the expert's known state), publishes the
   instruction and sends each action as a one-point JointTrajectory to the arm controller topic.
@@ -32,7 +32,7 @@ from vla_runtime.data.expert_recording import (
     task_dataset_writer,
 )
 from vla_runtime.data.recovery import collect_recovery
-from vla_runtime.data.sim_env import DEFAULT_IMAGE_SIZE, InProcessEnv
+from vla_runtime.sim.env import DEFAULT_IMAGE_SIZE, InProcessEnv
 from vla_runtime.sim.tasks import (
     TASKS,
     SceneReader,

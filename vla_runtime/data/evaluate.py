@@ -38,11 +38,11 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
-from vla_runtime.data.sim_env import InProcessEnv, clip_to_limits
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.sim.env import InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
     TASKS,

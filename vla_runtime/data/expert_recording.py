@@ -14,7 +14,7 @@ import numpy as np
 
 from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
 from vla_runtime.data.lerobot_format import Episode, LeRobotWriter
-from vla_runtime.data.sim_env import CAMERAS, Frame
+from vla_runtime.sim.env import CAMERAS, Frame
 from vla_runtime.sim.tasks import CONTROL_DT, SceneReader, is_success, scene_colours
 
 POST_SUCCESS_STEPS = 10  # frames kept after success so the policy also learns to settle

@@ -26,9 +26,9 @@ from vla_runtime.data.expert_recording import (
     task_dataset_writer,
 )
 from vla_runtime.data.lerobot_format import Episode
-from vla_runtime.data.sim_env import InProcessEnv, clip_to_limits
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
+from vla_runtime.sim.env import InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import SceneReader, is_success, scene_colours
 
 _SHARED = ("model", "data", "xml", "reader", "robot", "config")  # never change during an episode

@@ -31,7 +31,7 @@ import numpy as np
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.data.stack_plot import plot_run
-from vla_runtime.nodes.task_driver import EpisodeClient
+from vla_runtime.drivers.sim.task_driver import EpisodeClient
 from vla_runtime.ros.messages import to_seconds
 from vla_runtime.ros.qos import latched as latched_qos
 from vla_runtime.ros.runtime import close_private_node, private_node

@@ -1,4 +1,4 @@
-"""The `Policy` contract (DESIGN.md §5): every back end, local or remote, implements it."""
+"""The `Policy` contract (docs/design.md §5): every back end, local or remote, implements it."""
 
 from __future__ import annotations
 

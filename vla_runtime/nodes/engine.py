@@ -5,10 +5,11 @@ Inputs: one sensor_msgs/Image (rgb8/bgr8) topic per camera, /joint_states, the i
 {"vision_level", "denoise_level"} or a token such as "v2d1") and inference requests
 (trajectory_msgs/JointTrajectory = the plan still to run, used for real-time-chunking guidance).
 
-Output: /vla/action_chunk (JointTrajectory) following DESIGN.md §2: header.stamp = capture stamp
-of the newest image used, points[k].time_from_start = (k + 1) * dt (action k is applied one step
-after the previous one, the first one step after the capture), joint_names = arm joints + the
-gripper column; and /vla/engine/stats (DiagnosticArray) with every chunk and every failure.
+Output: /vla/action_chunk (JointTrajectory) following docs/design.md §2: header.stamp = capture
+stamp of the newest image used, points[k].time_from_start = (k + 1) * dt (action k is applied
+one step after the previous one, the first one step after the capture), joint_names = arm
+joints + the gripper column; and /vla/engine/stats (DiagnosticArray) with every chunk and
+every failure.
 
 Inference runs in a worker thread, so the subscriptions keep the newest frames while a chunk is
 computed. `run_mode` "on_request" answers each request once (coalescing those that arrive while

@@ -1,4 +1,4 @@
-"""Safety node: the only path from the policy to the arm's command topic (DESIGN.md §6).
+"""Safety node: the only path from the policy to the arm's command topic (docs/design.md §6).
 
 - /vla/action_chunk -> chunk check (+ consequence rollout when the sim scene is published) ->
   /vla/checked_chunk, one /vla/safety/events entry per chunk (accept / clip / veto / stale).

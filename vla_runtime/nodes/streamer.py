@@ -1,6 +1,6 @@
-"""Streamer node (`vla-streamer`): checked action chunks -> control-rate commands (DESIGN.md §4).
+"""Streamer node (`vla-streamer`): checked chunks -> control-rate commands (docs/design.md §4).
 
-Subscribes /vla/checked_chunk (JointTrajectory, DESIGN.md §2 chunk convention) and
+Subscribes /vla/checked_chunk (JointTrajectory, docs/design.md §2 chunk convention) and
 /joint_states; publishes /vla/command (sensor_msgs/JointState, header.stamp = the command time
 the setpoint is for = now + driver_delay_s) at `control_rate_hz`, /vla/inference_request
 (JointTrajectory: the plan still to run, header.stamp = now, points relative to it,

@@ -17,14 +17,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from builtin_interfaces.msg import Duration
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float64MultiArray, String, UInt32
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
-from vla_runtime.data.sim_env import PHYSICS_STEPS, Frame
-from vla_runtime.nodes.task_driver import EpisodeClient
+from vla_runtime.drivers.sim.task_driver import EpisodeClient
 from vla_runtime.ros.messages import image_from_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import close_private_node, private_node
+from vla_runtime.sim.env import PHYSICS_STEPS, Frame
 from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator, make_setup
 from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.launcher import NodeProcess, node_env, start_node, stop_nodes
@@ -84,13 +89,6 @@ class SimStack:
         arguments: dict | None = None,
         parameters: dict[str, dict] | None = None,
     ):
-        from rclpy.qos import (
-            qos_profile_sensor_data,
-        )
-        from sensor_msgs.msg import Image, JointState
-        from std_msgs.msg import Float64MultiArray, String, UInt32
-        from trajectory_msgs.msg import JointTrajectory
-
         self.task, self.lockstep = task, lockstep
         self.stack = sim_stack(task, image_size, lockstep, nodes, arguments, parameters)
         self.robot = load_robot("fr3")
@@ -184,8 +182,6 @@ class SimStack:
         return np.array([*arm, width], dtype=np.float32)
 
     def request_steps(self, n: int) -> None:
-        from std_msgs.msg import UInt32
-
         self.step_pub.publish(UInt32(data=int(n)))
 
     def set_episode(self, seed: int) -> None:
@@ -196,14 +192,9 @@ class SimStack:
         self._episodes.reset(seed, self.spin_until, STARTUP_TIMEOUT_S, STEP_TIMEOUT_S)
 
     def publish_instruction(self, text: str) -> None:
-        from std_msgs.msg import String
-
         self.instruction_pub.publish(String(data=text))
 
     def send_command(self, q, width: float) -> None:
-        from builtin_interfaces.msg import Duration
-        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
-
         sec, nanosec = divmod(round(CONTROL_DT * 1e9), 1_000_000_000)
         point = JointTrajectoryPoint(
             positions=[*map(float, q), float(width) / 2.0],

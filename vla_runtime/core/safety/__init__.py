@@ -1,4 +1,4 @@
-"""Software safety layer (DESIGN.md §6): chunk checks before execution and the command gate.
+"""Software safety layer (docs/design.md §6): chunk checks before execution and the command gate.
 
 Not a rated safety function: the robot's own safety controller and a hard-wired e-stop stay
 the last line of defence.

@@ -1,4 +1,4 @@
-"""Fault injector (`python -m vla_runtime.nodes.fault_injector`): a proxy that can drop, delay
+"""Fault injector (`python -m vla_runtime.testing.fault_injector`): a proxy that can drop, delay
 or freeze what flows into the safety layer, for the fault bench and tests. Never in a real stack.
 
 Chunks: `chunk_in` (default /vla/action_chunk_raw, where the engine is remapped to publish) ->
