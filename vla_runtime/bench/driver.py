@@ -27,7 +27,7 @@ import numpy as np
 
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_msg, to_seconds
 from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.process import popen_child
 
@@ -154,20 +154,8 @@ class DriverProbe:
 
     def send_chunk(self, times, positions, stamp: float | None = None) -> float:
         """Publish a JointTrajectory starting at `stamp` (default now); returns the publish time."""
-        from builtin_interfaces.msg import Duration
-        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
-
-        msg = JointTrajectory(joint_names=self.joints)
         start = self.now() if stamp is None else stamp
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(start * 1e9), 1_000_000_000)
-        for t, p in zip(times, positions, strict=True):
-            sec, nanosec = divmod(round(t * 1e9), 1_000_000_000)
-            msg.points.append(
-                JointTrajectoryPoint(
-                    positions=[float(v) for v in p],
-                    time_from_start=Duration(sec=sec, nanosec=nanosec),
-                )
-            )
+        msg = chunk_msg(self.joints, start, times, positions)
         sent = self.now()
         self.jtc.publish(msg)
         return sent

@@ -45,7 +45,7 @@ from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged
 from vla_runtime.engine.model import default_spec
 from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
 from vla_runtime.engine.remote import PolicyServer
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import BackgroundSpinner
 from vla_runtime.stack.isolation import claim_domain
@@ -334,10 +334,8 @@ def publish_garbage_commands(rec: Recorder, seconds: float = 1.0, seed: int = 0)
 
 def publish_malformed_inputs(rec: Recorder) -> int:
     """Malformed messages on every input of the safety node; returns how many were chunks."""
-    from builtin_interfaces.msg import Duration
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Bool, Empty, Float64MultiArray
-    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
     names = [*rec.robot.joints, rec.robot.gripper_joints[0]]
     pubs = rec.pubs
@@ -350,14 +348,7 @@ def publish_malformed_inputs(rec: Recorder) -> int:
     pubs["estop"].publish(Bool(data=False))
 
     def chunk(rows, times, joint_names=names):
-        msg = JointTrajectory(joint_names=list(joint_names))
-        _stamp(msg.header.stamp, rec.sim_now)
-        for row, t in zip(rows, times, strict=False):
-            sec, nanosec = divmod(round(t * 1e9), 10**9)
-            point = JointTrajectoryPoint(positions=[float(v) for v in row])
-            point.time_from_start = Duration(sec=sec, nanosec=nanosec)
-            msg.points.append(point)
-        return msg
+        return chunk_msg(joint_names, rec.sim_now, times, rows)
 
     q = [*rec.states[-1][1].tolist(), 0.04]
     bad = [

@@ -41,7 +41,7 @@ from vla_runtime.data import stack_eval
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
 from vla_runtime.sim.env import InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
@@ -254,11 +254,13 @@ def evaluate_stack(
                 result.chunks += 1
                 # the chunk's gripper column is one finger's opening (width / 2)
                 finger_max = stack.robot.gripper_max_width / 2
-                rows = clip_to_limits([p.positions for p in msg.points], stack.robot, finger_max)
-                for point, row in zip(msg.points, rows, strict=True):
-                    point.positions = row.tolist()
-                stack.command_pub.publish(msg)  # the chunk is a JTC trajectory
-                periods = (env.advance for _ in range(min(execute, len(msg.points))))
+                chunk = chunk_from_msg(msg)
+                rows = clip_to_limits(chunk.positions, stack.robot, finger_max)
+                # the chunk is a JTC trajectory
+                stack.command_pub.publish(
+                    chunk_msg(chunk.joint_names, msg.header.stamp, chunk.times, rows)
+                )
+                periods = (env.advance for _ in range(min(execute, len(chunk.times))))
                 steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
             result.steps = steps
             results.append(result)

@@ -34,13 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.injected_delay import InjectedDelay
@@ -56,7 +55,7 @@ from vla_runtime.engine.policy import (
 from vla_runtime.engine.remote import RemoteClient, load_client_keys
 from vla_runtime.engine.rtc import plan_prefix
 from vla_runtime.engine.state_mapping import StateMapping, SyncError
-from vla_runtime.ros.messages import image_from_msg, to_seconds
+from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, image_from_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
@@ -441,16 +440,16 @@ class EngineNode(Node):
         computed, in the policy's action space; None without a usable plan or latency yet."""
         if request is None or not request.points or not self._latencies_s:
             return None
+        plan = chunk_from_msg(request)
         columns = self.mapping.joint_names
-        index = {name: i for i, name in enumerate(request.joint_names)}
+        index = {name: i for i, name in enumerate(plan.joint_names)}
         if any(name not in index for name in columns):
             return None
         try:
-            rows = np.array([[p.positions[index[n]] for n in columns] for p in request.points])
+            rows = np.array([[row[index[n]] for n in columns] for row in plan.positions])
         except IndexError:
             return None
-        start = to_seconds(request.header.stamp) or observation.stamp
-        times = start + np.array([to_seconds(p.time_from_start) for p in request.points])
+        times = (plan.stamp or observation.stamp) + np.array(plan.times)
         if not (np.all(np.isfinite(rows)) and np.all(np.diff(times) > 0)):
             return None
         expected_delay = float(np.median(self._latencies_s))
@@ -465,16 +464,9 @@ class EngineNode(Node):
     def _trajectory(
         self, positions: np.ndarray, stamp: TimeMsg, dt: float, request_id: str
     ) -> JointTrajectory:
-        msg = JointTrajectory()
-        msg.header.stamp = stamp
-        msg.header.frame_id = request_id  # echoes the request's id: delay in executed steps
-        msg.joint_names = self.mapping.joint_names
-        for k, row in enumerate(positions):
-            point = JointTrajectoryPoint()
-            point.positions = [float(v) for v in row]
-            point.time_from_start = Duration(nanoseconds=round((k + 1) * dt * 1e9)).to_msg()
-            msg.points.append(point)
-        return msg
+        # frame_id echoes the request's id: the streamer counts the delay in executed steps
+        times = [(k + 1) * dt for k in range(len(positions))]
+        return chunk_msg(self.mapping.joint_names, stamp, times, positions, request_id)
 
     def _fail(self, kind: str, message: str) -> None:
         self.errors += 1

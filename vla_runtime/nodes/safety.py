@@ -23,14 +23,13 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from builtin_interfaces.msg import Duration
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.kinematics import chain_for
@@ -45,7 +44,7 @@ from vla_runtime.core.safety.chunk_check import (
 )
 from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
@@ -272,14 +271,8 @@ class SafetyNode(Node):
         # header.stamp 0 = "start now"; the point is reached `trajectory_lookahead` gate
         # periods later. More than one period: a controller that takes two of these back to
         # back (a late callback) would otherwise cover two periods of motion in one.
-        period_ns = round(self.trajectory_lookahead * self.gate.config.period * 1e9)
-        point = JointTrajectoryPoint(
-            positions=arm.tolist(),
-            time_from_start=Duration(
-                sec=period_ns // 1_000_000_000, nanosec=period_ns % 1_000_000_000
-            ),
-        )
-        return JointTrajectory(joint_names=list(self.robot.joints), points=[point])
+        lookahead = self.trajectory_lookahead * self.gate.config.period
+        return chunk_msg(self.robot.joints, 0.0, [lookahead], [arm])
 
     def _publish_events(self, events: list[dict], source: str = "gate") -> None:
         for event in events:
@@ -316,12 +309,7 @@ class SafetyNode(Node):
                 self._checked_pub.publish(self._checked_message(msg, verdict))
 
     def _check(self, msg: JointTrajectory) -> Verdict:
-        chunk = Chunk(
-            tuple(msg.joint_names),
-            to_seconds(msg.header.stamp),
-            tuple(to_seconds(p.time_from_start) for p in msg.points),
-            tuple(tuple(p.positions) for p in msg.points),
-        )
+        chunk = chunk_from_msg(msg)
         now = self._now()
         if chunk.stamp < self._episode_start:
             return Verdict(STALE, ("observed before the episode started",))
@@ -359,18 +347,11 @@ class SafetyNode(Node):
         self._publish_events([event], source="chunk_check")
 
     def _checked_message(self, msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
-        out = JointTrajectory(header=msg.header, joint_names=list(msg.joint_names))
-        if verdict.stamp is not None and verdict.stamp != to_seconds(msg.header.stamp):
-            sec, nanosec = divmod(round(verdict.stamp * 1e9), 10**9)  # re-timed
-            out.header.stamp.sec, out.header.stamp.nanosec = sec, nanosec
-        for t, row in zip(verdict.times, verdict.positions, strict=True):
-            sec, nanosec = divmod(round(float(t) * 1e9), 10**9)
-            out.points.append(
-                JointTrajectoryPoint(
-                    positions=row.tolist(), time_from_start=Duration(sec=sec, nanosec=nanosec)
-                )
-            )
-        return out
+        stamp = msg.header.stamp
+        if verdict.stamp is not None and verdict.stamp != to_seconds(stamp):
+            stamp = verdict.stamp  # re-timed
+        return chunk_msg(msg.joint_names, stamp, verdict.times, verdict.positions,
+                         msg.header.frame_id)  # fmt: skip
 
     def close(self) -> None:
         with self._wake:

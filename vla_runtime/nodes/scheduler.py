@@ -32,7 +32,7 @@ from vla_runtime.core.paths import config_dir
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
 from vla_runtime.engine.policy import ComputeMode, PolicyError
-from vla_runtime.ros.messages import image_from_msg, to_seconds
+from vla_runtime.ros.messages import chunk_from_msg, image_from_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
@@ -141,14 +141,15 @@ class SchedulerNode(Node):
                 self.tracker.gripper_command(msg.position[i])
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        if self.gripper_joint not in msg.joint_names or len(msg.points) < 2:
+        chunk = chunk_from_msg(msg)
+        if self.gripper_joint not in chunk.joint_names or len(chunk.times) < 2:
             return
-        column = list(msg.joint_names).index(self.gripper_joint)
-        dt = to_seconds(msg.points[1].time_from_start) - to_seconds(msg.points[0].time_from_start)
-        if dt <= 0:
+        column = chunk.joint_names.index(self.gripper_joint)
+        dt = chunk.times[1] - chunk.times[0]
+        if dt <= 0 or any(len(row) <= column for row in chunk.positions):
             return
-        openings = [p.positions[column] for p in msg.points]
-        self.tracker.plan(to_seconds(msg.header.stamp), dt, openings)
+        openings = [row[column] for row in chunk.positions]
+        self.tracker.plan(chunk.stamp, dt, openings)
         self._update()
 
     # -- output ----------------------------------------------------------------------------

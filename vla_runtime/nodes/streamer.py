@@ -36,13 +36,12 @@ import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, String
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.interpolation import limits_for
@@ -50,7 +49,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
@@ -228,16 +227,8 @@ class StreamerNode(Node):
         self._last_tick_ns = now_ns
 
     def _request_message(self, request) -> JointTrajectory:
-        msg = JointTrajectory()
-        msg.header.stamp = Time(nanoseconds=round(request.stamp * 1e9)).to_msg()
-        msg.header.frame_id = f"{REQUEST_PREFIX}{request.request_id}"
-        msg.joint_names = self.joint_names
-        for t, row in zip(request.times_from_start, request.positions, strict=True):
-            point = JointTrajectoryPoint()
-            point.positions = row.tolist()
-            point.time_from_start = Duration(nanoseconds=round(t * 1e9)).to_msg()
-            msg.points.append(point)
-        return msg
+        return chunk_msg(self.joint_names, request.stamp, request.times_from_start,
+                         request.positions, f"{REQUEST_PREFIX}{request.request_id}")  # fmt: skip
 
     # ------------------------------------------------------------------ inputs
 
@@ -345,7 +336,8 @@ class StreamerNode(Node):
     def _parse_chunk(self, msg: JointTrajectory):
         """(times_from_start, positions in our joint order) or the reason it cannot be used.
         The gripper column is optional: without it the gripper keeps its current command."""
-        names = list(msg.joint_names)
+        chunk = chunk_from_msg(msg)
+        names = list(chunk.joint_names)
         if len(set(names)) != len(names):
             return f"duplicated joint names {names}"
         missing = [j for j in self.arm_joints if j not in names]
@@ -353,16 +345,15 @@ class StreamerNode(Node):
         if missing or unknown:
             return f"joint names {names}: missing {missing}, unknown {unknown}"
         columns = [names.index(j) if j in names else None for j in self.joint_names]
-        times = []
         rows = []
         with self._lock:
             held_gripper = float(self.streamer.state.position[-1])
-        for k, point in enumerate(msg.points):
-            if len(point.positions) != len(names):
-                return f"point {k}: {len(point.positions)} positions for {len(names)} joints"
-            rows.append([point.positions[c] if c is not None else held_gripper for c in columns])
-            times.append(to_seconds(point.time_from_start))
-        return np.array(times), np.array(rows, dtype=float).reshape(len(rows), len(columns))
+        for k, point in enumerate(chunk.positions):
+            if len(point) != len(names):
+                return f"point {k}: {len(point)} positions for {len(names)} joints"
+            rows.append([point[c] if c is not None else held_gripper for c in columns])
+        times = np.array(chunk.times)
+        return times, np.array(rows, dtype=float).reshape(len(rows), len(columns))
 
     # ------------------------------------------------------------------ stats
 

@@ -17,16 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from builtin_interfaces.msg import Duration
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String, UInt32
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
-from vla_runtime.ros.messages import image_from_msg, to_seconds
+from vla_runtime.ros.messages import chunk_msg, image_from_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import close_private_node, private_node
 from vla_runtime.sim.env import PHYSICS_STEPS, Frame
@@ -195,13 +194,9 @@ class SimStack:
         self.instruction_pub.publish(String(data=text))
 
     def send_command(self, q, width: float) -> None:
-        sec, nanosec = divmod(round(CONTROL_DT * 1e9), 1_000_000_000)
-        point = JointTrajectoryPoint(
-            positions=[*map(float, q), float(width) / 2.0],
-            time_from_start=Duration(sec=sec, nanosec=nanosec),
-        )
         names = [*self.robot.joints, self.robot.gripper_joints[0]]
-        self.command_pub.publish(JointTrajectory(joint_names=names, points=[point]))
+        row = [*map(float, q), float(width) / 2.0]  # the chunk's gripper column: one finger
+        self.command_pub.publish(chunk_msg(names, 0.0, [CONTROL_DT], [row]))
 
 
 class RosEnv:
