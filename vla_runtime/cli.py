@@ -116,7 +116,7 @@ DATA_COMMANDS = {
     "record": ("vla_runtime.data.record", "record_main"),
     "train": ("vla_runtime.data.train", "train_main"),
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
-    "serve": ("vla_runtime.engine.remote", "serve_main"),
+    "serve": ("vla_runtime.engine.remote.server", "serve_main"),
 }
 BENCHMARKS = [
     "sim", "engine", "transport", "streamer", "driver", "faults", "scheduler", "closed-loop",

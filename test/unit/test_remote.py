@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import zmq
 
-from vla_runtime.engine import remote, wire
 from vla_runtime.engine.policy import (
     ActionChunk,
     ComputeMode,
@@ -22,6 +21,10 @@ from vla_runtime.engine.policy import (
     PolicyError,
     PolicySpec,
 )
+from vla_runtime.engine.remote import client as remote_client
+from vla_runtime.engine.remote import keys as remote_keys
+from vla_runtime.engine.remote import protocol, wire
+from vla_runtime.engine.remote import server as remote_server
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +72,7 @@ def make_observation(spec: PolicySpec, seed: int = 0, instruction: str = "pick u
 
 @pytest.fixture
 def server(tiny_policy):
-    srv = remote.PolicyServer(tiny_policy, bind="tcp://127.0.0.1:*").start()
+    srv = remote_server.PolicyServer(tiny_policy, bind="tcp://127.0.0.1:*").start()
     yield srv
     srv.stop()
 
@@ -79,7 +82,7 @@ def test_remote_inference_equals_local_inference(server, tiny_policy):
     # policy given the same calls must produce the same chunks, cache reuse included.
     local = load_tiny_policy()
     modes = [ComputeMode(), ComputeMode(1, 0), ComputeMode(3, 1), ComputeMode(2, 2, {"wrist"})]
-    with remote.RemoteClient(server.endpoint, timeout_s=30) as client:
+    with remote_client.RemoteClient(server.endpoint, timeout_s=30) as client:
         assert client.spec == tiny_policy.spec
         for seed, mode in enumerate(modes):
             obs = make_observation(client.spec, seed)
@@ -96,7 +99,7 @@ def test_plan_is_forwarded(server, tiny_policy):
     spec = tiny_policy.spec
     plan = np.full((3, spec.action_dim), 0.25, dtype=np.float32)
     obs = make_observation(spec, 4)
-    with remote.RemoteClient(server.endpoint, timeout_s=30) as client:
+    with remote_client.RemoteClient(server.endpoint, timeout_s=30) as client:
         got = client.infer(obs, plan=plan)
     want = load_tiny_policy().infer(obs, plan=plan)
     np.testing.assert_allclose(got.actions, want.actions, rtol=0, atol=1e-6)
@@ -109,8 +112,8 @@ def test_instruction_and_caches_are_per_client(server, tiny_policy):
     reuse = ComputeMode(3, 2)  # reuses camera KV and warm-starts from the previous chunk
     local_a, local_b = load_tiny_policy(), load_tiny_policy()
     with (
-        remote.RemoteClient(server.endpoint, timeout_s=30) as a,
-        remote.RemoteClient(server.endpoint, timeout_s=30) as b,
+        remote_client.RemoteClient(server.endpoint, timeout_s=30) as a,
+        remote_client.RemoteClient(server.endpoint, timeout_s=30) as b,
     ):
         for _ in range(2):
             # a's second request omits its unchanged instruction, and both reuse cached
@@ -135,10 +138,10 @@ def test_spec_mismatch_is_a_clear_error(server, tiny_policy):
         chunk_len=spec.chunk_len + 1,
         dt=spec.dt,
     )
-    with pytest.raises(remote.RemoteRejected, match="chunk_len"):
-        remote.RemoteClient(server.endpoint, timeout_s=30, expected_spec=wrong)
+    with pytest.raises(protocol.RemoteRejected, match="chunk_len"):
+        remote_client.RemoteClient(server.endpoint, timeout_s=30, expected_spec=wrong)
     # The matching spec is accepted.
-    with remote.RemoteClient(server.endpoint, timeout_s=30, expected_spec=spec) as client:
+    with remote_client.RemoteClient(server.endpoint, timeout_s=30, expected_spec=spec) as client:
         assert client.spec == spec
 
 
@@ -166,7 +169,7 @@ def test_client_rejects_server_of_other_protocol_version():
     router = ctx.socket(zmq.ROUTER)
     router.linger = 0
     port = router.bind_to_random_port("tcp://127.0.0.1")
-    client = remote.RemoteClient(f"tcp://127.0.0.1:{port}", timeout_s=10, connect=False)
+    client = remote_client.RemoteClient(f"tcp://127.0.0.1:{port}", timeout_s=10, connect=False)
     try:
         import threading
 
@@ -177,7 +180,7 @@ def test_client_rejects_server_of_other_protocol_version():
 
         thread = threading.Thread(target=answer_as_future_server)
         thread.start()
-        with pytest.raises(remote.RemoteRejected, match="protocol version mismatch"):
+        with pytest.raises(protocol.RemoteRejected, match="protocol version mismatch"):
             _ = client.spec
         thread.join()
     finally:
@@ -190,7 +193,7 @@ def test_malformed_requests_get_errors_and_server_survives(server, tiny_policy):
     assert not reply["ok"] and reply["kind"] == "bad_request"
     reply = _raw_request(server.endpoint, wire.encode({"v": wire.PROTOCOL_VERSION, "op": "infer"}))
     assert reply["kind"] == "handshake_required"
-    with remote.RemoteClient(server.endpoint, timeout_s=30) as client:
+    with remote_client.RemoteClient(server.endpoint, timeout_s=30) as client:
         bad = make_observation(client.spec)
         bad.images[client.spec.cameras[0].name] = np.zeros((5, 5, 3), np.uint8)
         with pytest.raises(PolicyError):
@@ -204,11 +207,13 @@ def test_malformed_requests_get_errors_and_server_survives(server, tiny_policy):
 def test_request_timeout_then_recovery_with_same_client(tiny_policy):
     spec = tiny_policy.spec
     with (
-        remote.PolicyServer(SlowPolicy(tiny_policy, 1.5), bind="tcp://127.0.0.1:*") as server,
-        remote.RemoteClient(server.start().endpoint, timeout_s=0.5) as client,
+        remote_server.PolicyServer(
+            SlowPolicy(tiny_policy, 1.5), bind="tcp://127.0.0.1:*"
+        ) as server,
+        remote_client.RemoteClient(server.start().endpoint, timeout_s=0.5) as client,
     ):
         started = time.monotonic()
-        with pytest.raises(remote.RemoteUnavailable, match="no reply"):
+        with pytest.raises(protocol.RemoteUnavailable, match="no reply"):
             client.infer(make_observation(spec, instruction="slow"))
         assert time.monotonic() - started < 5.0
         time.sleep(1.5)  # let the server finish the slow request (its reply goes nowhere)
@@ -221,8 +226,8 @@ def test_request_timeout_then_recovery_with_same_client(tiny_policy):
 
 def test_no_server_is_a_clear_error():
     port = _free_port()
-    with pytest.raises(remote.RemoteUnavailable, match=f"127.0.0.1:{port}"):
-        remote.RemoteClient(f"tcp://127.0.0.1:{port}", timeout_s=0.3)
+    with pytest.raises(protocol.RemoteUnavailable, match=f"127.0.0.1:{port}"):
+        remote_client.RemoteClient(f"tcp://127.0.0.1:{port}", timeout_s=0.3)
 
 
 def _free_port() -> int:
@@ -233,7 +238,7 @@ def _free_port() -> int:
 
 def _start_server_process(endpoint: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "vla_runtime.engine.remote", "--backend", "torch"]
+        [sys.executable, "-m", "vla_runtime.engine.remote.server", "--backend", "torch"]
         + ["--preset", "tiny", "--bind", endpoint, *extra],
         cwd=REPO,
         env={
@@ -258,7 +263,7 @@ def _infer_until_ok(client, obs, deadline_s: float):
     while True:
         try:
             return client.infer(obs)
-        except remote.RemoteUnavailable:
+        except protocol.RemoteUnavailable:
             if time.monotonic() > deadline:
                 raise
 
@@ -268,12 +273,12 @@ def test_client_recovers_after_server_process_is_killed_and_restarted(tiny_polic
     obs = make_observation(tiny_policy.spec, 7)
     want = load_tiny_policy().infer(obs).actions  # each new session starts from seed 0
     process = _start_server_process(endpoint)
-    client = remote.RemoteClient(endpoint, timeout_s=2.0, connect=False)
+    client = remote_client.RemoteClient(endpoint, timeout_s=2.0, connect=False)
     try:
         np.testing.assert_allclose(_infer_until_ok(client, obs, 120).actions, want, atol=1e-5)
         process.kill()
         process.wait()
-        with pytest.raises(remote.RemoteUnavailable):
+        with pytest.raises(protocol.RemoteUnavailable):
             client.infer(obs)
         process = _start_server_process(endpoint)
         np.testing.assert_allclose(_infer_until_ok(client, obs, 120).actions, want, atol=1e-5)
@@ -302,20 +307,20 @@ def test_client_recovers_after_server_process_is_killed_and_restarted(tiny_polic
     ],
 )
 def test_loopback_detection(endpoint, loopback):
-    assert remote.is_loopback(endpoint) is loopback
+    assert remote_keys.is_loopback(endpoint) is loopback
 
 
 def test_non_loopback_bind_without_keys_is_refused(tiny_policy):
     with pytest.raises(ValueError, match="CURVE"):
-        remote.PolicyServer(tiny_policy, bind="tcp://0.0.0.0:*")
+        remote_server.PolicyServer(tiny_policy, bind="tcp://0.0.0.0:*")
     # The CLI refuses before loading any model.
-    assert remote.serve_main(["--bind", "tcp://*:5999"]) == 2
+    assert remote_server.serve_main(["--bind", "tcp://*:5999"]) == 2
 
 
 def test_gen_keys_writes_loadable_keys(tmp_path):
-    assert remote.serve_main(["--gen-keys", str(tmp_path / "keys")]) == 0
-    secret, allowed = remote.load_server_keys(tmp_path / "keys")
-    server_public, (client_public, client_secret) = remote.load_client_keys(tmp_path / "keys")
+    assert remote_server.serve_main(["--gen-keys", str(tmp_path / "keys")]) == 0
+    secret, allowed = remote_keys.load_server_keys(tmp_path / "keys")
+    server_public, (client_public, client_secret) = remote_keys.load_client_keys(tmp_path / "keys")
     assert zmq.curve_public(secret) == server_public
     assert zmq.curve_public(client_secret) == client_public
     assert (allowed / "client.key").is_file()
@@ -324,9 +329,9 @@ def test_gen_keys_writes_loadable_keys(tmp_path):
 
 @pytest.fixture
 def curve_server(tiny_policy, tmp_path):
-    keys = remote.generate_keys(tmp_path / "keys")
-    secret, allowed = remote.load_server_keys(keys)
-    srv = remote.PolicyServer(
+    keys = remote_keys.generate_keys(tmp_path / "keys")
+    secret, allowed = remote_keys.load_server_keys(keys)
+    srv = remote_server.PolicyServer(
         tiny_policy, bind="tcp://0.0.0.0:*", curve_secret=secret, authorized_clients=allowed
     ).start()
     port = srv.endpoint.rsplit(":", 1)[1]
@@ -337,8 +342,8 @@ def curve_server(tiny_policy, tmp_path):
 def test_curve_client_with_keys_is_served(curve_server, tiny_policy):
     srv, endpoint, keys = curve_server
     assert srv.secure
-    server_public, client_keys = remote.load_client_keys(keys)
-    with remote.RemoteClient(endpoint, server_public, client_keys, timeout_s=30) as client:
+    server_public, client_keys = remote_keys.load_client_keys(keys)
+    with remote_client.RemoteClient(endpoint, server_public, client_keys, timeout_s=30) as client:
         obs = make_observation(client.spec, 9)
         np.testing.assert_allclose(
             client.infer(obs).actions, load_tiny_policy().infer(obs).actions, atol=1e-6
@@ -347,7 +352,7 @@ def test_curve_client_with_keys_is_served(curve_server, tiny_policy):
 
 def test_curve_clients_without_the_right_keys_get_no_answer(curve_server):
     _, endpoint, keys = curve_server
-    server_public, client_keys = remote.load_client_keys(keys)
+    server_public, client_keys = remote_keys.load_client_keys(keys)
     wrong_server_public, _ = zmq.curve_keypair()
     attempts = {
         "plain client": dict(),
@@ -355,8 +360,8 @@ def test_curve_clients_without_the_right_keys_get_no_answer(curve_server):
         "client key not authorised": dict(server_public_key=server_public),
     }
     for name, kwargs in attempts.items():
-        with pytest.raises(remote.RemoteUnavailable):
-            remote.RemoteClient(endpoint, timeout_s=1.0, **kwargs)
+        with pytest.raises(protocol.RemoteUnavailable):
+            remote_client.RemoteClient(endpoint, timeout_s=1.0, **kwargs)
             pytest.fail(f"{name} was answered")
 
 

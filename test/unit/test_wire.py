@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zmq
 
-from vla_runtime.engine import wire
+from vla_runtime.engine.remote import wire
 
 ARRAYS = {
     "image": np.arange(224 * 224 * 3, dtype=np.uint8).reshape(224, 224, 3),

@@ -44,7 +44,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
 from vla_runtime.engine.model import default_spec
 from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
-from vla_runtime.engine.remote import PolicyServer
+from vla_runtime.engine.remote.server import PolicyServer
 from vla_runtime.ros.messages import chunk_msg, to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import BackgroundSpinner

@@ -18,7 +18,6 @@ import time
 import numpy as np
 import zmq
 
-from vla_runtime.engine import wire
 from vla_runtime.engine.policy import (
     FULL_COMPUTE,
     ActionChunk,
@@ -27,7 +26,9 @@ from vla_runtime.engine.policy import (
     Observation,
     PolicySpec,
 )
-from vla_runtime.engine.remote import PolicyServer, RemoteClient
+from vla_runtime.engine.remote import wire
+from vla_runtime.engine.remote.client import RemoteClient
+from vla_runtime.engine.remote.server import PolicyServer
 
 BENCH_SPEC = PolicySpec(
     cameras=(CameraSpec("scene", 224, 224), CameraSpec("wrist", 224, 224)),

@@ -52,7 +52,8 @@ from vla_runtime.engine.policy import (
     PolicyError,
     PolicySpec,
 )
-from vla_runtime.engine.remote import RemoteClient, load_client_keys
+from vla_runtime.engine.remote.client import RemoteClient
+from vla_runtime.engine.remote.keys import load_client_keys
 from vla_runtime.engine.rtc import plan_prefix
 from vla_runtime.engine.state_mapping import StateMapping, SyncError
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, image_from_msg, to_seconds

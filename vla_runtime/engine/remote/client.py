@@ -1,0 +1,213 @@
+"""`RemoteClient`: a DEALER socket implementing the `Policy` protocol against a `PolicyServer`."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+
+from vla_runtime.engine.policy import (
+    FULL_COMPUTE,
+    ActionChunk,
+    ComputeMode,
+    Observation,
+    PolicyError,
+    PolicySpec,
+)
+from vla_runtime.engine.remote import wire
+from vla_runtime.engine.remote.protocol import (
+    DEFAULT_ENDPOINT,
+    RemoteError,
+    RemoteRejected,
+    RemoteUnavailable,
+    mode_from_wire,
+    mode_to_wire,
+)
+
+
+class RemoteClient:
+    """A `Policy` whose infer() runs on a `PolicyServer`.
+
+    Every request waits at most `timeout_s`; on a timeout the DEALER socket is closed and the
+    next call opens a new one (and says hello again), so a restarted server is picked up
+    without recreating the client. `spec` comes from the server's handshake; pass
+    `expected_spec` to have the server refuse a different policy."""
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        server_public_key: bytes | str | None = None,
+        client_keys: tuple[bytes, bytes] | None = None,
+        timeout_s: float = 2.0,
+        expected_spec: PolicySpec | None = None,
+        connect: bool = True,
+    ):
+        self.endpoint = endpoint
+        self.timeout_s = float(timeout_s)
+        self._server_key = (
+            server_public_key.encode() if isinstance(server_public_key, str) else server_public_key
+        )
+        if self._server_key is not None and client_keys is None:
+            client_keys = zmq.curve_keypair()  # the server may allow any client key
+        self._client_keys = client_keys
+        self.expected_spec = expected_spec
+        self._ctx = zmq.Context.instance()
+        self._socket: zmq.Socket | None = None
+        self._session_open = False
+        self._sent_instruction: str | None = None
+        self._spec: PolicySpec | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.last_round_trip_ms = float("nan")
+        if connect:
+            with self._lock:
+                self._hello()
+
+    @property
+    def spec(self) -> PolicySpec:
+        if self._spec is None:
+            with self._lock:
+                if self._spec is None:
+                    self._hello()
+        return self._spec
+
+    def infer(
+        self,
+        observation: Observation,
+        compute_mode: ComputeMode = FULL_COMPUTE,
+        plan: np.ndarray | None = None,
+    ) -> ActionChunk:
+        with self._lock:
+            if not self._session_open:
+                self._hello()
+            reply = self._request(self._infer_request(observation, compute_mode, plan))
+            if not reply["ok"] and reply.get("kind") == "handshake_required":
+                self._hello()  # the server restarted behind the same socket
+                reply = self._request(self._infer_request(observation, compute_mode, plan))
+            if not reply["ok"]:
+                kind, message = reply.get("kind"), reply.get("error", "?")
+                if kind in ("policy", "bad_request"):
+                    raise PolicyError(f"remote policy rejected the observation: {message}")
+                if kind in ("version", "spec"):
+                    self._session_open = False
+                    raise RemoteRejected(message)
+                raise RemoteError(f"remote server error ({kind}): {message}")
+            self._sent_instruction = observation.instruction
+            return self._chunk_from(reply)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_socket()
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _infer_request(self, observation: Observation, mode: ComputeMode, plan) -> dict:
+        request = {
+            "op": "infer",
+            "images": {name: np.asarray(image) for name, image in observation.images.items()},
+            "state": np.asarray(observation.state),
+            "stamp": float(observation.stamp),
+            "mode": mode_to_wire(mode),
+        }
+        if observation.instruction != self._sent_instruction:
+            request["instruction"] = observation.instruction
+        if plan is not None:
+            request["plan"] = np.asarray(plan)
+        return request
+
+    def _chunk_from(self, reply: dict) -> ActionChunk:
+        try:
+            timings = dict(reply.get("timings_ms", {}))
+            infer_ms = float(reply.get("infer_ms", 0.0))
+            timings["transport"] = max(self.last_round_trip_ms - infer_ms, 0.0)
+            info = dict(reply.get("info", {}))
+            info["server_infer_ms"] = infer_ms
+            # Copy out of the frame so the caller owns a writable array.
+            actions = np.array(reply["actions"], dtype=np.float32)
+            return ActionChunk(
+                actions=actions,
+                stamp=float(reply["stamp"]),
+                mode=mode_from_wire(reply["mode"]),
+                timings_ms=timings,
+                info=info,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RemoteError(f"malformed reply from {self.endpoint}: {exc}") from exc
+
+    def _hello(self) -> None:
+        self._session_open = False
+        self._sent_instruction = None
+        request: dict[str, Any] = {"op": "hello"}
+        if self.expected_spec is not None:
+            request["expected_spec"] = self.expected_spec.to_dict()
+        reply = self._request(request)
+        if not reply["ok"]:
+            raise RemoteRejected(f"{self.endpoint} refused the session: {reply.get('error')}")
+        try:
+            self._spec = PolicySpec.from_dict(reply["spec"])
+        except Exception as exc:
+            raise RemoteError(f"unreadable spec from {self.endpoint}: {exc}") from exc
+        self._session_open = True
+
+    def _request(self, body: dict) -> dict:
+        socket = self._ensure_socket()
+        request_id = next(self._ids)
+        frames = wire.encode({"v": wire.PROTOCOL_VERSION, "id": request_id, **body})
+        started = time.perf_counter()
+        try:
+            socket.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self._drop_socket()
+            raise RemoteUnavailable(f"cannot send to {self.endpoint}: queue full") from None
+        deadline = started + self.timeout_s
+        while True:
+            remaining_ms = int((deadline - time.perf_counter()) * 1e3)
+            if remaining_ms <= 0 or not socket.poll(remaining_ms, zmq.POLLIN):
+                self._drop_socket()
+                raise RemoteUnavailable(
+                    f"no reply from {self.endpoint} within {self.timeout_s:g} s (server down, "
+                    "overloaded, or CURVE keys not accepted); reconnecting on the next call"
+                )
+            try:
+                reply = wire.decode(socket.recv_multipart(copy=False))
+            except wire.WireError as exc:
+                raise RemoteError(f"malformed reply from {self.endpoint}: {exc}") from exc
+            if reply.get("v") != wire.PROTOCOL_VERSION:
+                self._drop_socket()
+                raise RemoteRejected(
+                    f"protocol version mismatch: server speaks v{reply.get('v')}, client "
+                    f"speaks v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends"
+                )
+            if reply.get("id") in (request_id, None):
+                self.last_round_trip_ms = (time.perf_counter() - started) * 1e3
+                return reply
+            # A late reply to an earlier request: skip it and keep waiting for ours.
+
+    def _ensure_socket(self) -> zmq.Socket:
+        if self._socket is None:
+            socket = self._ctx.socket(zmq.DEALER)
+            socket.linger = 0
+            socket.setsockopt(zmq.SNDHWM, 4)  # never queue a backlog of stale observations
+            if self._server_key is not None:
+                socket.curve_serverkey = self._server_key
+                socket.curve_publickey, socket.curve_secretkey = self._client_keys
+            socket.connect(self.endpoint)
+            self._socket = socket
+            self._session_open = False
+        return self._socket
+
+    def _drop_socket(self) -> None:
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+        self._session_open = False

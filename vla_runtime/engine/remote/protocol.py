@@ -1,0 +1,93 @@
+"""The remote protocol's message bodies and errors, shared by server and client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vla_runtime.engine.policy import ComputeMode, PolicySpec
+from vla_runtime.engine.remote import wire
+
+DEFAULT_BIND = "tcp://127.0.0.1:5555"
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+# Largest message a server accepts: bounds the memory a misbehaving peer can make us allocate.
+MAX_MESSAGE_BYTES = 256 << 20
+
+
+class RemoteError(RuntimeError):
+    """Base class of remote back-end failures."""
+
+
+class RemoteUnavailable(RemoteError):
+    """No answer in time: the server is down, overloaded, or (CURVE) the keys do not match."""
+
+
+class RemoteRejected(RemoteError):
+    """The server refused the session: protocol version or policy spec mismatch."""
+
+
+def ok_reply(request_id, **body) -> dict:
+    return {"v": wire.PROTOCOL_VERSION, "id": request_id, "ok": True, **body}
+
+
+def error_reply(request_id, kind: str, message: str) -> dict:
+    return {
+        "v": wire.PROTOCOL_VERSION,
+        "id": request_id,
+        "ok": False,
+        "kind": kind,
+        "error": message,
+    }
+
+
+def mode_to_wire(mode: ComputeMode) -> dict:
+    stable = None if mode.stable_cameras is None else sorted(mode.stable_cameras)
+    return {
+        "vision_level": mode.vision_level,
+        "denoise_level": mode.denoise_level,
+        "stable_cameras": stable,
+    }
+
+
+def mode_from_wire(raw: Any) -> ComputeMode:
+    if not isinstance(raw, dict):
+        raise TypeError(f"compute mode must be a map, got {type(raw).__name__}")
+    stable = raw.get("stable_cameras")
+    return ComputeMode(
+        raw.get("vision_level", 0),
+        raw.get("denoise_level", 0),
+        None if stable is None else frozenset(str(name) for name in stable),
+    )
+
+
+def float_map(values: dict) -> dict[str, float]:
+    out = {}
+    for key, value in values.items():
+        try:
+            out[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue  # diagnostics only; never fail a chunk over an odd info value
+    return out
+
+
+def spec_mismatch(expected: Any, served: dict) -> str:
+    """Human-readable list of differing fields ('' when equal)."""
+    if not isinstance(expected, dict):
+        return f"expected spec must be a map, got {type(expected).__name__}"
+    try:
+        expected = PolicySpec.from_dict(expected).to_dict()
+    except Exception as exc:
+        return f"unreadable expected spec: {exc}"
+    diffs = [
+        f"{key}: {expected.get(key)!r} vs {served.get(key)!r}"
+        for key in sorted(set(expected) | set(served))
+        if _normalise(expected.get(key)) != _normalise(served.get(key))
+    ]
+    return "; ".join(diffs)
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value
