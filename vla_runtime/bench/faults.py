@@ -248,7 +248,6 @@ class Recorder:
             (self.sim_now, to_seconds(m.header.stamp))), 1000)  # fmt: skip
         sub(JointState, topics.COMMAND, lambda m: self.commands.append(self.sim_now), 1000)
         sub(String, FAULT_EVENTS, lambda m: self.injected.append(json.loads(m.data)), 1000)
-        latched = LATCHED
         self.pubs = {
             "fault": pub(String, FAULT_COMMAND, 10),
             "clock": pub(Clock, topics.CLOCK, 10),
@@ -257,7 +256,7 @@ class Recorder:
             "chunk": pub(JointTrajectory, topics.ACTION_CHUNK, 10),
             "estop_reset": pub(Empty, topics.ESTOP_RESET, 10),
             "estop": pub(Bool, topics.ESTOP, 10),
-            "scene_xml": pub(String, topics.SIM_SCENE_XML, latched),
+            "scene_xml": pub(String, topics.SIM_SCENE_XML, LATCHED),
             "scene_state": pub(Float64MultiArray, topics.SIM_SCENE_STATE, 10),
         }
         self._spinner = BackgroundSpinner(self.ctx, [self.node]).start()

@@ -276,8 +276,7 @@ class CameraNode(Node):
     # ------------------------------------------------------------ sim
 
     def _start_sim(self) -> None:
-        latched = LATCHED
-        self.create_subscription(String, topics.SIM_SCENE_XML, self._on_scene_xml, latched)
+        self.create_subscription(String, topics.SIM_SCENE_XML, self._on_scene_xml, LATCHED)
         self.create_subscription(
             Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, qos_profile_sensor_data
         )

@@ -158,11 +158,10 @@ class EngineNode(Node):
         self.camera_topics: list[str] = []
         self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.ENGINE_STATS, 10)
-        latched = LATCHED
-        self.create_subscription(String, topics.INSTRUCTION, self._on_instruction, latched)
+        self.create_subscription(String, topics.INSTRUCTION, self._on_instruction, LATCHED)
         self.create_subscription(String, topics.COMPUTE_MODE, self._on_compute_mode, 10)
         self.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
-        self.create_subscription(String, topics.EPISODE, self._on_episode, latched)
+        self.create_subscription(String, topics.EPISODE, self._on_episode, LATCHED)
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )

@@ -55,7 +55,6 @@ class SchedulerNode(Node):
 
         self._mode_pub = self.create_publisher(String, topics.COMPUTE_MODE, 10)
         self._signals_pub = self.create_publisher(DiagnosticArray, topics.SCHEDULER_SIGNALS, 10)
-        latched = LATCHED
         sub = self.create_subscription
         sub(JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data)
         for camera in cameras:
@@ -67,7 +66,7 @@ class SchedulerNode(Node):
             )
         sub(DiagnosticArray, topics.ENGINE_STATS, self._on_engine_stats, 10)
         sub(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
-        sub(String, topics.INSTRUCTION, self._on_instruction, latched)
+        sub(String, topics.INSTRUCTION, self._on_instruction, LATCHED)
         sub(JointState, topics.COMMAND, self._on_command, 10)
         sub(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 10)
         # The mode topic is volatile: repeat the decision for late joiners (a restarted engine)

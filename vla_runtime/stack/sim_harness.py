@@ -74,22 +74,11 @@ def sim_stack(
 
 
 class SimStack:
-    """The sim stack's driver and cameras (`config/stacks/sim.yaml`, started as the launcher
-    starts them, on a ROS domain of their own), any of its policy nodes named in `nodes`, and
-    a client node. `arguments` are more stack arguments; `parameters` {node: {name: value}}
-    override node parameters (e.g. the engine's sampling)."""
+    """The processes of `stack` (a `sim_stack`), started as the launcher starts them on a ROS
+    domain of their own, and a client node."""
 
-    def __init__(
-        self,
-        task: str,
-        image_size: int,
-        lockstep: bool,
-        nodes: tuple[str, ...] = (),
-        arguments: dict | None = None,
-        parameters: dict[str, dict] | None = None,
-    ):
-        self.task, self.lockstep = task, lockstep
-        self.stack = sim_stack(task, image_size, lockstep, nodes, arguments, parameters)
+    def __init__(self, stack: Stack):
+        self.stack = stack
         self.robot = load_robot("fr3")
         self.cameras = tuple(
             n.parameters["camera_name"] for n in self.stack.nodes if n.executable == "vla-camera"
@@ -108,7 +97,6 @@ class SimStack:
         except BaseException:
             self.close()
             raise
-        latched = LATCHED
         self.images: dict[str, tuple[float, np.ndarray]] = {}
         self.joint_state: tuple[float, np.ndarray] | None = None
         self.scene_state: tuple[float, np.ndarray] | None = None
@@ -126,7 +114,7 @@ class SimStack:
         self.command_pub = node.create_publisher(
             JointTrajectory, topics.trajectory_command(controllers["trajectory"]), 10
         )
-        self.instruction_pub = node.create_publisher(String, topics.INSTRUCTION, latched)
+        self.instruction_pub = node.create_publisher(String, topics.INSTRUCTION, LATCHED)
         self.step_pub = node.create_publisher(UInt32, topics.SIM_STEP, 10)
         self._joint_index: dict[str, int] | None = None
         self._setup = None
@@ -211,8 +199,10 @@ class RosEnv:
         arguments: dict | None = None,
         parameters: dict[str, dict] | None = None,
     ):
+        """The sim stack of `task` with the policy nodes named in `nodes` (see `sim_stack`)."""
         self.task = task
-        self.stack = SimStack(task, image_size, not realtime, nodes, arguments, parameters)
+        stack = sim_stack(task, image_size, not realtime, nodes, arguments, parameters)
+        self.stack = SimStack(stack)
         self.realtime = realtime
         # The expert and the detectors use the same model as the driver (built identically).
         self.model = TaskSimulator(task).model
