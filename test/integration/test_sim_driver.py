@@ -21,7 +21,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_msg, to_seconds
 
 ROBOT = load_robot("fr3")
 ARM = list(ROBOT.joints)
@@ -310,9 +310,10 @@ def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
 def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_from_home(
     rclpy_context, tmp_path
 ):
-    """After an episode reset the arm is home again. A command still aimed at the old pose is
-    ignored (and reported); a whole chunk as one trajectory, starting at home and ending far
-    from it (the lock-step evaluation sends these), runs."""
+    """After an episode reset the arm is home again. What was meant for the old pose is
+    ignored (and reported): a "start now" command aimed at it, a trajectory stamped before the
+    reset. A whole chunk as one trajectory (the lock-step evaluation sends these), stamped
+    after the reset and ending far from home, runs."""
     from vla_runtime.drivers.sim.task_driver import EpisodeClient
 
     log = tmp_path / "task_driver.log"
@@ -323,28 +324,29 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
     def spin_until(ready, timeout_s, what):
         probe.spin_until(ready, what, timeout_s)
 
+    def chunk_from_home(stamp: float) -> JointTrajectory:
+        # 0.05 s apart, from home to `away`: 0.3 rad in 0.75 s
+        rows = [HOME + (away - HOME) * k / 15 for k in range(16)]
+        return chunk_msg(ARM, stamp, [0.05 * k for k in range(16)], rows)
+
     away = HOME + np.array([0.3, 0.2, 0.0, 0.2, 0.0, 0.0, 0.0])
     try:
         probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
         probe.connected(probe.trajectory)
         probe.send_trajectory(ARM, away, 1.5)
         probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the arm away from home")
+        before_reset = probe.sim_time
         episodes.reset(1, spin_until, WAIT_S, WAIT_S)
         probe.spin_until(lambda: np.abs(probe.arm - HOME).max() < 0.01, "the arm home")
 
-        probe.send_trajectory(ARM, away + 0.01, 0.5)  # meant for the pose before the reset
+        probe.send_trajectory(ARM, away + 0.01, 0.5)  # "start now", meant for the old pose
         event = probe.next_event("the ignored command")
         assert event["event"] == "ignored" and event["reason"].startswith("command from before")
-        probe.spin_sim(0.5)
+        probe.trajectory.publish(chunk_from_home(before_reset))  # stamped before the reset
+        probe.spin_sim(1.0)
         assert np.abs(probe.arm - HOME).max() < 0.01
 
-        chunk = JointTrajectory(joint_names=ARM)
-        for k in range(16):  # 0.05 s apart, from home to `away`: 0.3 rad in 0.75 s
-            q = HOME + (away - HOME) * k / 15
-            sec, nanosec = divmod(round(0.05 * k * 1e9), 10**9)
-            start = Duration(sec=sec, nanosec=nanosec)
-            chunk.points.append(JointTrajectoryPoint(positions=q.tolist(), time_from_start=start))
-        probe.trajectory.publish(chunk)
+        probe.trajectory.publish(chunk_from_home(probe.sim_time))
         probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the chunk to run")
         assert [e["event"] for e in probe.events] == ["ignored"], probe.events
     finally:

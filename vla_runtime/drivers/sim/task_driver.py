@@ -11,14 +11,16 @@ the next /sim/step. Each episode start is announced on /vla/episode and its inst
 
 A reset moves the arm home under the feet of whatever was streaming to it: forward position
 commands still in flight aim at the old pose. Like a real controller that only starts from the
-current state, the driver ignores (and reports) commands that start farther than
-`REARM_TOLERANCE` from the new setpoint (a forward command's position, a trajectory's first
-point) until one agrees with it, instead of judging that stale stream as a velocity violation.
+current state, the driver ignores (and reports) what was meant for the old pose instead of
+judging that stale stream as a velocity violation: trajectories stamped before the reset, and
+until one command agrees with the new setpoint, forward commands and "start now" (stamp 0)
+trajectories whose first point is farther than `REARM_TOLERANCE` from it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import numpy as np
@@ -29,6 +31,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.drivers.sim.node import SimDriverNode
+from vla_runtime.ros.messages import chunk_from_msg
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.tasks import TASKS, TaskSimulator
@@ -72,6 +75,7 @@ class TaskSimDriverNode(SimDriverNode):
         self.task = task
         self._episode = 0
         self._rearm_pending = False
+        self._episode_stamp = -math.inf  # sim time of the last reset
         self._ignored = 0
         if not task:  # the plain scene: nothing to add
             return
@@ -115,6 +119,10 @@ class TaskSimDriverNode(SimDriverNode):
         if arm.shape != setpoint.shape or np.abs(arm - setpoint).max() <= REARM_TOLERANCE:
             self._rearm_pending = False  # malformed ones are judged (and refused) as usual
             return False
+        self._report_ignored(topic)
+        return True
+
+    def _report_ignored(self, topic: str) -> None:
         self._ignored += 1
         if self._ignored == 1 or self._ignored % 250 == 0:
             event = {
@@ -125,18 +133,24 @@ class TaskSimDriverNode(SimDriverNode):
                 "stamp": self.sim.time,
             }
             self._event_pub.publish(String(data=json.dumps(event)))  # fmt: skip
-        return True
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
         if not self._from_before_reset(msg.data, "forward"):
             super()._on_forward(msg)
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
-        arm_joints = self.sim.robot.joints
-        names = list(msg.joint_names)
-        start = None  # a trajectory starts from the arm: its first point says which pose
-        if msg.points and all(j in names for j in arm_joints):
-            first = msg.points[0].positions
+        chunk = chunk_from_msg(msg)
+        if chunk.stamp > 0.0:  # a stamped trajectory says itself when it was meant for
+            if chunk.stamp < self._episode_stamp:
+                self._report_ignored("trajectory")
+            else:
+                self._rearm_pending = False
+                super()._on_trajectory(msg)
+            return
+        arm_joints, names = self.sim.robot.joints, chunk.joint_names
+        start = None  # "start now": its first point says which pose it starts from
+        if chunk.positions and all(j in names for j in arm_joints):
+            first = chunk.positions[0]
             if len(first) == len(names):
                 start = [first[names.index(j)] for j in arm_joints]
         if start is None or not self._from_before_reset(start, "trajectory"):
@@ -153,6 +167,7 @@ class TaskSimDriverNode(SimDriverNode):
                 with self._lock:
                     self.sim.randomize(param.value)
                     self._rearm_pending = True
+                    self._episode_stamp = self.sim.time
                 self._publish_all()
                 self._announce(param.value)
             elif param.name == "task":
