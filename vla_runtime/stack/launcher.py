@@ -1,7 +1,7 @@
 """`vla-runtime launch STACK`: start a stack's nodes as separate processes on a private ROS graph.
 
 The pip-only counterpart of `ros2 launch vla_runtime <stack>.launch.py`; both read the same
-stack file through `core.stack.resolve_stack`. Each node is its own process (real DDS between
+stack file through `stack.resolver.resolve_stack`. Each node is its own process (real DDS between
 them). SIGINT/SIGTERM stop every node (SIGINT first, escalating to SIGTERM and SIGKILL); a node
 that dies is reported with its last output and makes the launcher exit non-zero.
 """
