@@ -257,7 +257,7 @@ def evaluate_stack(
                 chunk = chunk_from_msg(msg)
                 rows = clip_to_limits(chunk.positions, stack.robot, finger_max)
                 # the chunk is a JTC trajectory
-                stack.send_trajectory(
+                stack.command_pub.publish(
                     chunk_msg(chunk.joint_names, msg.header.stamp, chunk.times, rows)
                 )
                 periods = (env.advance for _ in range(min(execute, len(chunk.times))))

@@ -4,9 +4,9 @@
 processes on a ROS domain of its own (plus any of its policy nodes, e.g. the engine for the
 lock-step evaluation) and holds an rclpy node that sees what the policy would see: camera
 images, /joint_states, /sim/scene_state (the known state scripted experts and success detectors
-use). `RosEnv` is the collector's environment on top of it: each action goes out as a one-point
-JointTrajectory on the arm controller topic, the instruction on /vla/instruction, and in
-lock-step one control period of physics per /sim/step.
+use). `RosEnv` is the collector's environment on
+top of it: each action goes out as a one-point JointTrajectory on the arm controller topic, the
+instruction on /vla/instruction, and in lock-step one control period of physics per /sim/step.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from rclpy.duration import Duration
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String, UInt32
@@ -80,8 +79,6 @@ class SimStack:
 
     def __init__(self, stack: Stack):
         self.stack = stack
-        driver = next(n for n in stack.nodes if n.name == "sim_driver")
-        self.lockstep = bool(driver.parameters.get("lockstep"))
         self.robot = load_robot("fr3")
         self.cameras = tuple(
             n.parameters["camera_name"] for n in self.stack.nodes if n.executable == "vla-camera"
@@ -187,18 +184,7 @@ class SimStack:
     def send_command(self, q, width: float) -> None:
         names = [*self.robot.joints, self.robot.gripper_joints[0]]
         row = [*map(float, q), float(width) / 2.0]  # the chunk's gripper column: one finger
-        self.send_trajectory(chunk_msg(names, 0.0, [CONTROL_DT], [row]))
-
-    def send_trajectory(self, msg: JointTrajectory) -> None:
-        """Command the arm controller. In lock-step, return once the driver has the message:
-        the step request that follows travels on another topic and must not overtake it (the
-        driver takes ready messages in the order it subscribed, commands before steps)."""
-        self.command_pub.publish(msg)
-        if self.lockstep and not self.command_pub.wait_for_all_acked(
-            Duration(seconds=STEP_TIMEOUT_S)
-        ):
-            self.check_processes()
-            raise TimeoutError(f"the driver did not take a command in {STEP_TIMEOUT_S:g} s")
+        self.command_pub.publish(chunk_msg(names, 0.0, [CONTROL_DT], [row]))
 
 
 class RosEnv:
@@ -283,6 +269,9 @@ class RosEnv:
     def _advance(self, timeout_s: float) -> Frame:
         t_target = self.stack.sim_time + CONTROL_DT
         if not self.realtime:
+            # Commands and step requests travel on different topics; a short pause lets the
+            # driver take the command before the period it applies to starts.
+            time.sleep(0.002)
             self.stack.request_steps(PHYSICS_STEPS)
         return self._wait_frame(t_target, timeout_s)
 
