@@ -188,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         extra = [e for e in extra if e.startswith("-")]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if not hasattr(args, "func"):  # `calibrate` without its subcommand
+        parser.error(f"{args.command}: expected `vla-runtime calibrate scheduler --data DIR`")
     return args.func(args)
 
 

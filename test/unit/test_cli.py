@@ -38,3 +38,11 @@ def test_bench_sim_prints_one_json_object():
     assert result["physics"]["real_time_factor"] > 1.0
     assert set(result["render"]) == {"scene", "wrist"}
     assert result["render"]["scene"]["ms_p50"] > 0
+
+
+def test_calibrate_without_its_subcommand_is_a_one_line_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "calibrate scheduler --data DIR" in err and "Traceback" not in err
