@@ -45,7 +45,7 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     assert code == 0, out
     report = json.loads(report_path.read_text())
     assert report["ok"] and report["clock"] == "sim" and report["duration_s"] >= 20.0
-    assert report["topics"]["/joint_states"]["rate_hz"] >= 100.0
+    assert report["topics"]["/joint_states"]["rate_hz"] >= 95.0  # 100 Hz, give or take a message
     for camera in ("scene", "wrist"):
         assert report["topics"][f"/vla/cameras/{camera}/image_raw"]["rate_hz"] >= 10.0
         latency = report["cameras"][camera]["latency_ms"]

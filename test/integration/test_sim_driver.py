@@ -347,7 +347,10 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
         assert np.abs(probe.arm - HOME).max() < 0.01
 
         probe.trajectory.publish(chunk_from_home(probe.sim_time))
-        probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the chunk to run")
+        try:
+            probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the chunk to run")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; driver events {probe.events}") from None
         assert [e["event"] for e in probe.events] == ["ignored"], probe.events
     finally:
         probe.close()

@@ -166,6 +166,8 @@ class TaskSimDriverNode(SimDriverNode):
                     return SetParametersResult(successful=False, reason="episode_seed: integer")
                 with self._lock:
                     self.sim.randomize(param.value)
+                    # One step on: no state from before the reset shares a stamp with one after.
+                    self.sim.data.time += self.sim.dt
                     self._rearm_pending = True
                     self._episode_stamp = self.sim.time
                 self._publish_all()
