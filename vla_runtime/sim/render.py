@@ -12,10 +12,16 @@ import math
 import mujoco
 import numpy as np
 
+from vla_runtime.sim.mesh_detail import RENDER_MESH_FACES, simplify_meshes
+
 
 class SceneRenderer:
-    def __init__(self, xml: str, camera: str, width: int, height: int):
+    def __init__(
+        self, xml: str, camera: str, width: int, height: int, mesh_faces: int = RENDER_MESH_FACES
+    ):
+        """`mesh_faces`: triangles per mesh at most (`sim.mesh_detail`); 0 = full detail."""
         self.model = mujoco.MjModel.from_xml_string(xml)
+        simplify_meshes(self.model, mesh_faces)
         self.data = mujoco.MjData(self.model)
         names = [self.model.camera(i).name for i in range(self.model.ncam)]
         if camera not in names:
