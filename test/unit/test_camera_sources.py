@@ -238,3 +238,30 @@ def test_sim_source_renders_newest_state_once():
     assert source.intrinsics()[0, 2] == 16.0
     with pytest.raises(CameraUnavailable, match="no camera named"):
         SimSource("<mujoco/>", "wrist", 32, 24, renderer_cls=FakeRenderer).open()
+
+
+def test_sim_source_paces_frames_on_sim_time_and_renders_a_reset_at_once():
+    source = SimSource("<mujoco/>", "scene", 32, 24, fps=15.0, renderer_cls=FakeRenderer)
+    source.open()
+
+    def rendered(times):
+        out = []
+        for t in times:
+            source.update(t, [1.0])
+            if source.read()[0]:
+                out.append(round(t, 3))
+        return out
+
+    states = [0.02 * k for k in range(1, 51)]  # 50 Hz for 1 s
+    frames = rendered(states)
+    assert frames[0] == 0.02 and 14 <= len(frames) <= 16  # 15 per second of sim time
+    gaps = np.diff(frames)
+    assert gaps.min() >= 0.06 - 1e-9 and gaps.max() <= 0.08 + 1e-9  # on the 20 ms grid
+    source.render_next()  # an episode reset: the next state is rendered at once
+    assert rendered([1.02, 1.04]) == [1.02]
+    assert rendered([0.02])  # a sim restarted from 0 starts a new schedule
+    every = SimSource("<mujoco/>", "scene", 32, 24, renderer_cls=FakeRenderer)  # fps 0
+    every.open()
+    for t in (0.001, 0.002):
+        every.update(t, [1.0])
+        assert every.read()[0]

@@ -1,5 +1,7 @@
 """Streaming core: stale-prefix dropping, blending, hold, request policy, metrics."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -264,6 +266,35 @@ def test_request_carries_the_remaining_plan_and_times_out():
     assert not streamer.want_request(0.6)
     assert streamer.want_request(0.61)  # no answer within 0.5 s: ask again
     assert streamer.metrics()["requests_timed_out"] == 1
+
+
+def test_a_refused_request_is_asked_again_at_once_not_after_the_timeout():
+    streamer = make_streamer(request_timeout_s=2.0, margin_steps=5)
+    assert run_request_scenario(streamer)[0] == 46
+    request = streamer.make_request(PERIOD * 46)
+    assert request.request_id == 2
+    assert not streamer.request_refused(1)  # not the pending one: nothing changes
+    assert not streamer.want_request(PERIOD * 47)
+    assert streamer.request_refused(2)  # its chunk was vetoed: no answer is coming
+    assert streamer.want_request(PERIOD * 47)
+    assert streamer.make_request(PERIOD * 47).request_id == 3
+    metrics = streamer.metrics()
+    assert metrics["requests_refused"] == 1 and metrics["requests_timed_out"] == 0
+
+
+def test_safety_verdicts_name_the_refused_request():
+    from vla_runtime.nodes.streamer import REQUEST_PREFIX, refused_request
+
+    def event(verdict, request=f"{REQUEST_PREFIX}7", kind="chunk"):
+        return json.dumps({"source": "chunk_check", "event": kind, "verdict": verdict,
+                           "request": request})  # fmt: skip
+
+    assert refused_request(event("veto")) == 7
+    assert refused_request(event("stale")) == 7
+    assert refused_request(event("clip")) is None and refused_request(event("accept")) is None
+    assert refused_request(event("veto", request="")) is None  # not the streamer's request
+    assert refused_request(event("veto", kind="estop")) is None
+    assert refused_request("not json") is None and refused_request("[1]") is None
 
 
 def test_no_progress_when_the_clock_does_not_advance():

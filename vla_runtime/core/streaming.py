@@ -198,6 +198,7 @@ class _Counters:
     chunks_rejected: int = 0
     requests_sent: int = 0
     requests_timed_out: int = 0
+    requests_refused: int = 0
     resyncs: int = 0
     last_rejection: str = ""
     handover_jumps: Reservoir = field(default_factory=lambda: Reservoir(2000))
@@ -550,6 +551,17 @@ class ActionStreamer:
         # At speed s the remaining plan lasts remaining / s control steps.
         return remaining < scale * (self.delay.expected_steps() + cfg.margin_steps)
 
+    def request_refused(self, request_id: int) -> bool:
+        """The chunk answering `request_id` will not come (the safety node vetoed it): the next
+        request may go out at once instead of after `request_timeout_s` of a starving plan.
+        Returns whether it was the pending request."""
+        if self._pending is None or self._pending[0] != request_id:
+            return False
+        self._pending = None
+        self.delay.forget(request_id)
+        self.counters.requests_refused += 1
+        return True
+
     def make_request(self, now: float) -> Request:
         """Register a request going out now; carries the actions not yet executed."""
         request_id = self._next_request_id
@@ -600,6 +612,7 @@ class ActionStreamer:
             "chunks_rejected": c.chunks_rejected,
             "requests_sent": c.requests_sent,
             "requests_timed_out": c.requests_timed_out,
+            "requests_refused": c.requests_refused,
             "tracker_failures": self.tracker.failures,
             "resyncs": c.resyncs,
             "holding": self._holding,

@@ -265,17 +265,38 @@ class SimSource:
     """Renders one MJCF camera of the simulated scene at the newest state it was given.
 
     `update(sim_time, qpos)` stores the newest state; `read()` renders it (None: nothing new
-    since the last read) and `frame_time` is the sim time of the state the last frame shows.
+    since the last read, or not due yet) and `frame_time` is the sim time of the state the last
+    frame shows. With `fps` > 0 frames are due every 1/fps of the states' sim time (on average:
+    states arrive on their own grid); `render_next()` makes the next state due at once (a scene
+    reset, whose first frame the policy is waiting for).
     """
 
-    def __init__(self, xml: str, camera: str, width: int, height: int, renderer_cls=None) -> None:
+    def __init__(
+        self, xml: str, camera: str, width: int, height: int, fps: float = 0.0, renderer_cls=None
+    ) -> None:
         self.xml, self.camera, self.width, self.height = xml, camera, width, height
-        self.fps: float | None = None  # rendered on demand, paced by the caller
+        self.fps = float(fps)
         self.frame_time: float | None = None
         self._renderer_cls = renderer_cls
         self._renderer = None
         self._state: tuple[float, np.ndarray] | None = None
         self._rendered_time: float | None = None
+        self._next_time = -math.inf
+
+    def render_next(self) -> None:
+        self._next_time = -math.inf
+
+    def _due(self, sim_time: float) -> bool:
+        if self.fps <= 0.0:
+            return True
+        if self._rendered_time is not None and sim_time < self._rendered_time:
+            self._next_time = -math.inf  # the sim restarted from 0: a new schedule
+        if sim_time < self._next_time:
+            return False
+        period = 1.0 / self.fps
+        following = self._next_time + period  # keep the phase; after a gap, start anew
+        self._next_time = following if following > sim_time else sim_time + period
+        return True
 
     def open(self) -> None:
         self.close()
@@ -297,7 +318,7 @@ class SimSource:
         if self._renderer is None or self._state is None:
             return False, None
         sim_time, qpos = self._state
-        if sim_time == self._rendered_time:
+        if sim_time == self._rendered_time or not self._due(sim_time):
             return False, None
         frame = self._renderer.render(qpos)
         self._rendered_time = self.frame_time = sim_time

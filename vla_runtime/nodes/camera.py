@@ -8,7 +8,8 @@ Sources (parameter `source`):
 
 `fps` caps the publish rate; 0 (the default) means the source's own rate: the file's fps
 (15 Hz for a file that does not state it), whatever the device delivers, and for sim a frame
-of every scene state (in lock-step: one per step batch).
+of every scene state (in lock-step: one per step batch). Sim frames are rendered as scene states
+arrive, `fps` per second of their sim time, and the first state after an episode reset at once.
 A camera that is missing or stops delivering is reported (warning + /diagnostics) and retried
 every `retry_period_s`; the node never exits because of it.
 """
@@ -280,13 +281,12 @@ class CameraNode(Node):
         self.create_subscription(
             Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, qos_profile_sensor_data
         )
-        if self.fps > 0:
-            self.create_timer(1.0 / self.fps, self._render_sim)
+        self.create_subscription(String, topics.EPISODE, self._on_episode, LATCHED)
         self._set_status(WARN, f"waiting for the scene on {topics.SIM_SCENE_XML}")
 
     def _on_scene_xml(self, msg: String) -> None:
         width, height = output_size(SIM_DEFAULT_SIZE, self.width, self.height)
-        source = SimSource(msg.data, self.sim_camera, width, height)
+        source = SimSource(msg.data, self.sim_camera, width, height, self.fps)
         try:
             source.open()
         except CameraUnavailable as exc:
@@ -309,8 +309,11 @@ class CameraNode(Node):
             return
         if self._sim is not None:
             self._sim.update(values[0], values[1:])
-            if self.fps == 0:  # the sim's own rate: a frame of every state
-                self._render_sim()
+            self._render_sim()
+
+    def _on_episode(self, _msg: String) -> None:
+        if self._sim is not None:
+            self._sim.render_next()  # the scene was reset: the engine waits for a frame of it
 
     def _render_sim(self) -> None:
         if self._sim is None:

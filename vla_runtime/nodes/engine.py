@@ -270,7 +270,11 @@ class EngineNode(Node):
             return
         with self._lock:
             self._frames[camera.name] = _Frame(image, msg.header.stamp)
-        if self.run_mode == "continuous":
+            waiting = self._pending_request is not None
+        if self.run_mode == "continuous" or waiting:
+            # A request that could not be served (no frame of the new episode yet) may be now:
+            # retry at once rather than after the back-off.
+            self._retry_after = 0.0
             self._wake.set()
 
     def _on_joint_state(self, msg: JointState) -> None:

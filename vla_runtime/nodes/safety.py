@@ -341,6 +341,7 @@ class SafetyNode(Node):
             "event": "chunk",
             "chunk": chunk_id,
             "stamp": to_seconds(msg.header.stamp),
+            "request": msg.header.frame_id,  # the streamer's request it answers, if any
             "check_ms": check_ms,
             **verdict.event(),
         }

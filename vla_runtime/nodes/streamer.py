@@ -29,6 +29,7 @@ each with a (throttled) warning.
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import sys
 import threading
@@ -46,6 +47,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.chunk_check import STALE, VETO
 from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
@@ -81,6 +83,19 @@ def _absolute_sleeper():
             pass  # EINTR: a signal arrived; sleep on to the same deadline
 
     return sleep_until
+
+
+def refused_request(event: str) -> int | None:
+    """The request id a safety chunk verdict refuses (veto, stale), from its JSON event."""
+    try:
+        event = json.loads(event)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("event") != "chunk":
+        return None
+    if event.get("verdict") not in (VETO, STALE):
+        return None
+    return parse_request_id(str(event.get("request", "")))
 
 
 def parse_request_id(frame_id: str) -> int | None:
@@ -149,6 +164,7 @@ class StreamerNode(Node):
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
         self.create_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10)
+        self.create_subscription(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
@@ -332,6 +348,13 @@ class StreamerNode(Node):
             )  # fmt: skip
         if not result.accepted:
             self._warn(f"chunk rejected: {result.reason}")
+
+    def _on_safety_event(self, msg: String) -> None:
+        """A vetoed (or discarded) answer to the pending request: ask again at once."""
+        request_id = refused_request(msg.data)
+        if request_id is not None and self.streamer is not None:
+            with self._lock:
+                self.streamer.request_refused(request_id)
 
     def _parse_chunk(self, msg: JointTrajectory):
         """(times_from_start, positions in our joint order) or the reason it cannot be used.
