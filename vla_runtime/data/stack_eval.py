@@ -51,6 +51,8 @@ STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of 
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
 STATS_WAIT_S = 5.0  # wall s for the streamer's end-of-episode figures
 VERDICTS = ("accept", "clip", "veto", "stale")
+MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed, with the numbers
+VETO_NUMBERS = ("observation_age_s", "state_age_s", "start_jump_rad", "retimed_s", "stamp")
 
 
 def reason_kind(reason: str) -> str:
@@ -74,6 +76,7 @@ class EpisodeRecord:
     vetoes_by_reason: dict = field(default_factory=dict)
     clips_by_reason: dict = field(default_factory=dict)
     retimed: int = 0
+    retime_shifts_s: list = field(default_factory=list)  # how late each re-timed chunk starts
     engine_infer_ms: list = field(default_factory=list)
     capture_to_chunk_ms: list = field(default_factory=list)
     camera_age_ms: list = field(default_factory=list)
@@ -82,6 +85,7 @@ class EpisodeRecord:
     streamer: dict = field(default_factory=dict)
     driver_events: dict = field(default_factory=dict)
     driver_faults: list = field(default_factory=list)  # the first distinct reasons
+    vetoes: list = field(default_factory=list)  # the first few, with the checker's numbers
 
 
 def _percentiles(values) -> dict:
@@ -125,6 +129,7 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         "vetoes_by_reason": dict(sorted(vetoes.items(), key=lambda kv: -kv[1])),
         "clips_by_reason": _merge_counts(r.clips_by_reason for r in records),
         "retimed_chunks": sum(r.retimed for r in records),
+        "retime_shift_s": _percentiles([x for r in records for x in r.retime_shifts_s]),
         "stale_executed": total("stale_executed"),
         "stale_dropped": total("stale_dropped"),
         "executed_actions": total("executed_actions"),
@@ -382,11 +387,15 @@ def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: flo
         if verdict == "veto":
             kind = reason_kind(reasons[-1] if reasons else "unknown")
             record.vetoes_by_reason[kind] = record.vetoes_by_reason.get(kind, 0) + 1
+            if len(record.vetoes) < MAX_VETO_DETAILS:
+                numbers = {k: v for k, v in event.items() if k in VETO_NUMBERS}
+                record.vetoes.append({"reason": reasons[-1] if reasons else "", **numbers})
         elif verdict == "clip":
             for kind in map(reason_kind, reasons):
                 record.clips_by_reason[kind] = record.clips_by_reason.get(kind, 0) + 1
         if "retimed_s" in event:
             record.retimed += 1
+            record.retime_shifts_s.append(float(event["retimed_s"]))
         if event.get("check_ms"):
             record.check_ms.append(float(event["check_ms"]))
     record.verdicts = verdicts
