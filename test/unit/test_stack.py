@@ -23,7 +23,7 @@ def test_sim_stack_resolves_driver_and_two_cameras():
     driver, scene, wrist = stack.nodes
     assert driver.parameters["use_sim_time"] is False  # the clock source keeps wall time
     assert scene.parameters == {
-        "use_sim_time": True,
+        "use_sim_time": False,  # renders on scene states, stamped with their sim time
         "camera_name": "scene",
         "source": "sim",
         "fps": 15.0,
