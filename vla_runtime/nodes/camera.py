@@ -20,10 +20,10 @@ import math
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
@@ -42,6 +42,7 @@ from vla_runtime.drivers.cameras import (
     output_size,
     resize_frame,
 )
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
@@ -52,21 +53,36 @@ OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.E
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
 
 
+@dataclass(frozen=True)
+class CameraParams:
+    camera_name: str = param("camera name: topics /vla/cameras/<name>/...", "camera")
+    source: str = param(f"one of {SOURCES}", "sim")
+    device: str = param("device: an OpenCV index or a /dev path", "0")
+    path: str = param("file: the video to loop", "")
+    fps: float = param("publish rate cap; 0 = the source's own (sim: every scene state)", 0.0)
+    width: int = param("output width; 0 = the source's (with height 0)", 0)
+    height: int = param("output height; 0 = the source's", 0)
+    frame_id: str = param("image frame; empty = <camera_name>_optical_frame", "")
+    calibration_file: str = param("camera_calibration_parsers YAML for CameraInfo", "")
+    retry_period_s: float = param("s between attempts to reopen a missing camera", 1.0)
+    sim_camera: str = param("sim: the MJCF camera; empty = camera_name", "")
+
+
 class CameraNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "camera"), **kwargs)
-        param = self._param
-        self.camera_name = param("camera_name", "camera")
-        self.source_kind = param("source", "sim")
-        self.device = param("device", "0")
-        self.path = param("path", "")
-        self.fps = param("fps", 0.0)
-        self.width = param("width", 0)
-        self.height = param("height", 0)
-        self.frame_id = param("frame_id", "") or f"{self.camera_name}_optical_frame"
-        calibration_file = param("calibration_file", "")
-        self.retry_period_s = param("retry_period_s", 1.0)
-        self.sim_camera = param("sim_camera", "") or self.camera_name
+        params = declare(self, CameraParams)
+        self.camera_name = params.camera_name
+        self.source_kind = params.source
+        self.device = params.device
+        self.path = params.path
+        self.fps = params.fps
+        self.width = params.width
+        self.height = params.height
+        self.frame_id = params.frame_id or f"{self.camera_name}_optical_frame"
+        calibration_file = params.calibration_file
+        self.retry_period_s = params.retry_period_s
+        self.sim_camera = params.sim_camera or self.camera_name
 
         if self.source_kind not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got '{self.source_kind}'")
@@ -105,19 +121,6 @@ class CameraNode(Node):
                 target=self._capture_loop, name=f"capture-{self.camera_name}", daemon=True
             )
             self._thread.start()
-
-    def _param(self, name: str, default):
-        """Declare a parameter and convert it to the default's type, so `device:=0` (an
-        int on the command line) or `fps: 15` (an int in YAML) are accepted."""
-        descriptor = ParameterDescriptor(dynamic_typing=True)
-        value = self.declare_parameter(name, default, descriptor).value
-        kind = type(default)
-        try:
-            if kind is int and isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return kind(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"parameter {name} must be {kind.__name__}, got {value!r}") from None
 
     # ------------------------------------------------------------ status and diagnostics
 

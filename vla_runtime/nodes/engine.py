@@ -55,8 +55,9 @@ from vla_runtime.engine.policy import (
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.keys import load_client_keys
 from vla_runtime.engine.rtc import plan_prefix
-from vla_runtime.engine.state_mapping import StateMapping, SyncError
+from vla_runtime.engine.state_mapping import GRIPPER_STATES, StateMapping, SyncError
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, image_from_msg, to_seconds
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
@@ -92,37 +93,63 @@ class _ThrottledLog:
         return True
 
 
+@dataclass(frozen=True)
+class EngineParams:
+    backend: str = param(f"one of {BACKENDS}", "torch")
+    checkpoint: str = param("policy checkpoint directory; empty = random weights", "")
+    preset: str = param("model size of random weights (no checkpoint)", "tiny")
+    device: str = param("torch / ONNX Runtime device (cpu, cuda:0)", "cpu")
+    seed: int = param("seed of random weights and the flow's start noise", 0)
+    threads: int = param("CPU threads of torch / ONNX Runtime / OpenMP; 0 = host default", 0)
+    noise_scale: float | None = param("flow start noise; unset = the checkpoint's, else 1",
+                                      None, Parameter.Type.DOUBLE)  # fmt: skip
+    endpoint: str = param("policy server (backend remote)", "tcp://127.0.0.1:5555")
+    curve_keys: str = param("CurveZMQ key directory for the server; empty = plain TCP", "")
+    remote_timeout_s: float = param("s to wait for the policy server's answer", 2.0)
+    cameras: list = param("camera topics' names, in the policy's camera order", [],
+                          Parameter.Type.STRING_ARRAY)  # fmt: skip
+    max_image_age_s: float = param("s: an older frame is stale, no inference", 0.5)
+    max_state_age_s: float = param("s: an older joint state is stale, no inference", 0.1)
+    run_mode: str = param(f"one of {RUN_MODES}", "on_request")
+    instruction: str = param("instruction until one arrives on /vla/instruction", "")
+    plan_guidance: bool = param("real-time chunking guidance from the requested plan", True)
+    # Extra delay before each chunk is published (latency sweeps; core/injected_delay.py).
+    inference_delay: str = param("seconds, or lognormal:MEDIAN:SPIKE_P:SPIKE_MIN:SPIKE_MAX", "")
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    arm_joints: list = param("arm joints in the policy's order; empty = the robot's", [],
+                             Parameter.Type.STRING_ARRAY)  # fmt: skip
+    gripper_joints: list = param("gripper joints; empty = the robot's", [],
+                                 Parameter.Type.STRING_ARRAY)  # fmt: skip
+    gripper_state: str = param(f"gripper state from its joints: one of {GRIPPER_STATES}", "sum")
+    gripper_name: str = param("gripper column name in the policy's state", "")
+    compute_mode: str = param("compute mode until the scheduler sends one (v<k>d<k>)", "v0d0")
+
+
 class EngineNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "engine"), **kwargs)
-        declare = self.declare_parameter
-        self.backend = declare("backend", "torch").value
-        self.checkpoint = declare("checkpoint", "").value
-        self.preset = declare("preset", "tiny").value
-        self.device = declare("device", "cpu").value
-        self.seed = int(declare("seed", 0).value)
-        # CPU threads of torch / ONNX Runtime / OpenMP: 0 = the host default (core/threads.py).
-        self.threads = resolve_threads(int(declare("threads", 0).value))
-        # Unset: the checkpoint's recommendation, else 1.0.
-        self.noise_scale = declare("noise_scale", Parameter.Type.DOUBLE).value
-        self.endpoint = declare("endpoint", "tcp://127.0.0.1:5555").value
-        self.curve_keys = declare("curve_keys", "").value
-        self.remote_timeout_s = float(declare("remote_timeout_s", 2.0).value)
-        self.camera_topics_param = declare("cameras", Parameter.Type.STRING_ARRAY).value
-        self.max_image_age_s = float(declare("max_image_age_s", 0.5).value)
-        self.max_state_age_s = float(declare("max_state_age_s", 0.1).value)
-        self.run_mode = declare("run_mode", "on_request").value
-        self.default_instruction = declare("instruction", "").value
-        self.plan_guidance = bool(declare("plan_guidance", True).value)
-        # Extra delay before each chunk is published (latency sweeps; core/injected_delay.py).
-        self.injected_delay = InjectedDelay.parse(declare("inference_delay", "").value)
+        params = declare(self, EngineParams)
+        self.backend = params.backend
+        self.checkpoint = params.checkpoint
+        self.preset = params.preset
+        self.device = params.device
+        self.seed = params.seed
+        self.threads = resolve_threads(params.threads)
+        self.noise_scale = params.noise_scale
+        self.endpoint = params.endpoint
+        self.curve_keys = params.curve_keys
+        self.remote_timeout_s = params.remote_timeout_s
+        self.camera_topics_param = params.cameras or None
+        self.max_image_age_s = params.max_image_age_s
+        self.max_state_age_s = params.max_state_age_s
+        self.run_mode = params.run_mode
+        self.default_instruction = params.instruction
+        self.plan_guidance = params.plan_guidance
+        self.injected_delay = InjectedDelay.parse(params.inference_delay)
         self._delay_rng = np.random.default_rng(self.seed + 1)
-        robot = declare("robot", "fr3").value
-        arm_joints = declare("arm_joints", Parameter.Type.STRING_ARRAY).value
-        gripper_joints = declare("gripper_joints", Parameter.Type.STRING_ARRAY).value
-        gripper_state = declare("gripper_state", "sum").value
-        gripper_name = declare("gripper_name", "").value
-        mode_text = declare("compute_mode", "v0d0").value
+        robot, gripper_state, gripper_name = params.robot, params.gripper_state, params.gripper_name
+        arm_joints, gripper_joints = params.arm_joints or None, params.gripper_joints or None
+        mode_text = params.compute_mode
 
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got '{self.backend}'")

@@ -20,7 +20,7 @@ import math
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
@@ -43,8 +43,15 @@ from vla_runtime.core.safety.chunk_check import (
     Verdict,
 )
 from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
-from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
+from vla_runtime.core.safety.workspace import (
+    WORKSPACE_MAX,
+    WORKSPACE_MIN,
+    Box,
+    Workcell,
+    box_planes,
+)
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
@@ -58,22 +65,51 @@ def _json(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
+@dataclass(frozen=True)
+class SafetyParams:
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    control_rate_hz: float = param("gate rate, Hz", 1.0 / GateConfig.period)
+    command_timeout: float = param("s without a fresh command before the gate stops the arm",
+                                   GateConfig.command_timeout)  # fmt: skip
+    start_tolerance: float = param("rad: an arming command must be this close to the state",
+                                   GateConfig.start_tolerance)  # fmt: skip
+    state_timeout: float = param("s without a joint state before the gate stops the arm",
+                                 GateConfig.state_timeout)  # fmt: skip
+    workspace_min: list = param("m, x y z: the TCP's workspace box (base frame)", WORKSPACE_MIN)
+    workspace_max: list = param("m, x y z", WORKSPACE_MAX)
+    keep_out_boxes: list = param("keep-out boxes, 6 values each: min x y z, max x y z", [],
+                                 Parameter.Type.DOUBLE_ARRAY)  # fmt: skip
+    table_height: float = param("m, the table top in the base frame", Workcell.table_height)
+    table_clearance: float = param("m every arm point stays above the table",
+                                   Workcell.table_clearance)  # fmt: skip
+    tcp_speed: float = param("m/s TCP speed limit; <= 0: the robot's", -1.0)
+    max_observation_age: float = param("s between a chunk's observation and its check",
+                                       ChunkCheckConfig.max_observation_age)  # fmt: skip
+    max_state_age: float = param("s: an older joint state means the arm is unknown",
+                                 ChunkCheckConfig.max_state_age)  # fmt: skip
+    max_time_scale: float = param("slowing a chunk down more than this is a veto",
+                                  ChunkCheckConfig.max_time_scale)  # fmt: skip
+    consequence: str = param("auto (rollout when the sim scene is published) or off", "auto")
+    max_contact_force: float = param("N, rollout contact of the robot with an object",
+                                     ConsequenceConfig.max_contact_force)  # fmt: skip
+    estop_reset: bool = param("set true to clear a latched e-stop", False)
+    command_interface: str = param("forward_position or trajectory", "forward_position")
+    trajectory_lookahead: float = param("gate periods to each trajectory point (1-25)", 3.0)
+
+
 class SafetyNode(Node):
     def __init__(self, name: str = "safety"):
         super().__init__(name)
-        param = self.declare_parameter
-        self.robot = load_robot(param("robot", "fr3").value)
-        rate = float(param("control_rate_hz", 250.0).value)
+        params = declare(self, SafetyParams)
+        self.robot = load_robot(params.robot)
+        rate = params.control_rate_hz
         gate_config = GateConfig(
             period=1.0 / rate,
-            command_timeout=float(param("command_timeout", 0.1).value),
-            start_tolerance=float(param("start_tolerance", 0.05).value),
-            state_timeout=float(param("state_timeout", 0.5).value),
+            command_timeout=params.command_timeout,
+            start_tolerance=params.start_tolerance,
+            state_timeout=params.state_timeout,
         )
-        lo = param("workspace_min", [-0.25, -0.8, -0.05]).value
-        hi = param("workspace_max", [0.95, 0.8, 1.2]).value
-        # Keep-out boxes: 6 values per box, min xyz then max xyz.
-        boxes = list(param("keep_out_boxes", Parameter.Type.DOUBLE_ARRAY).value or [])
+        boxes = params.keep_out_boxes
         if len(boxes) % 6:
             raise ValueError(f"keep_out_boxes needs 6 values per box, got {len(boxes)}")
         keep_out = tuple(
@@ -81,22 +117,20 @@ class SafetyNode(Node):
             for i in range(0, len(boxes), 6)
         )
         self.workcell = Workcell(
-            workspace=box_planes(lo, hi),
+            workspace=box_planes(params.workspace_min, params.workspace_max),
             keep_out=keep_out,
-            table_height=float(param("table_height", 0.0).value),
-            table_clearance=float(param("table_clearance", 0.005).value),
+            table_height=params.table_height,
+            table_clearance=params.table_clearance,
         )
-        tcp_speed = float(param("tcp_speed", -1.0).value)
         check_config = ChunkCheckConfig(
-            max_observation_age=float(param("max_observation_age", 1.0).value),
-            max_state_age=float(param("max_state_age", 0.2).value),
-            max_time_scale=float(param("max_time_scale", 3.0).value),
-            tcp_speed=tcp_speed if tcp_speed > 0 else None,
+            max_observation_age=params.max_observation_age,
+            max_state_age=params.max_state_age,
+            max_time_scale=params.max_time_scale,
+            tcp_speed=params.tcp_speed if params.tcp_speed > 0 else None,
             workcell=self.workcell,
         )
-        self.consequence_mode = param("consequence", "auto").value  # auto | off
-        self.contact_force = float(param("max_contact_force", 40.0).value)
-        param("estop_reset", False)
+        self.consequence_mode = params.consequence  # auto | off
+        self.contact_force = params.max_contact_force
 
         self.checker = ChunkChecker(self.robot, chain_for(self.robot.name), check_config)
         self.gate = CommandGate(self.robot, gate_config)
@@ -108,8 +142,8 @@ class SafetyNode(Node):
         self._episode_start = -math.inf
 
         controllers = self.robot.controllers
-        self.command_interface = param("command_interface", "forward_position").value
-        self.trajectory_lookahead = float(param("trajectory_lookahead", 3.0).value)
+        self.command_interface = params.command_interface
+        self.trajectory_lookahead = params.trajectory_lookahead
         if not 1.0 <= self.trajectory_lookahead <= 25.0:
             raise ValueError(f"trajectory_lookahead must be in [1, 25] periods, got "
                              f"{self.trajectory_lookahead}")  # fmt: skip

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
@@ -33,18 +33,28 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
 from vla_runtime.engine.policy import ComputeMode, PolicyError
 from vla_runtime.ros.messages import chunk_from_msg, image_from_msg, to_seconds
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
+
+
+@dataclass(frozen=True)
+class SchedulerParams:
+    config: str = param("scheduler YAML; empty = config/scheduler.yaml", "")
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    cameras: list = param("cameras whose frames drive the scene-change signal",
+                          ["scene", "wrist"])  # fmt: skip
+    republish_period_s: float = param("s between repeats of the decision (steady clock)", 1.0)
 
 
 class SchedulerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "scheduler"), **kwargs)
-        declare = self.declare_parameter
-        config_path = declare("config", "").value or str(config_dir() / "scheduler.yaml")
-        robot = load_robot(declare("robot", "fr3").value)
-        cameras = declare("cameras", Parameter.Type.STRING_ARRAY).value or ["scene", "wrist"]
-        republish_s = float(declare("republish_period_s", 1.0).value)
+        params = declare(self, SchedulerParams)
+        config_path = params.config or str(config_dir() / "scheduler.yaml")
+        robot = load_robot(params.robot)
+        cameras = params.cameras
+        republish_s = params.republish_period_s
         self.config = SchedulerConfig.from_yaml(config_path)
         self.arm_joints = list(robot.joints)
         self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else ""

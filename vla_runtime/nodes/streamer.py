@@ -34,6 +34,7 @@ import math
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -50,8 +51,9 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import STALE, VETO
 from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
-from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
+from vla_runtime.core.streaming import MODES, REQUEST_POLICIES, ActionStreamer, StreamerConfig
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
@@ -107,33 +109,62 @@ def parse_request_id(frame_id: str) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class StreamerParams:
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    control_rate_hz: float = param(
+        "command rate, Hz (1-2000)", 1.0 / StreamerConfig.control_period_s
+    )
+    mode: str = param(
+        f"one of {MODES}: overlapped inference or wait-then-execute", StreamerConfig.mode
+    )
+    request_policy: str = param(f"one of {REQUEST_POLICIES}", StreamerConfig.request_policy)
+    margin_steps: int = param("control steps of plan beyond the expected delay when asking",
+                              StreamerConfig.margin_steps)  # fmt: skip
+    blend_window_s: float = param("s over which a new chunk takes over the plan",
+                                  StreamerConfig.blend_window_s)  # fmt: skip
+    driver_delay_s: float = param("s from command to motion (the setpoint is for now + it)",
+                                  StreamerConfig.driver_delay_s)  # fmt: skip
+    warmup_requests: int = param("requests before the delay estimate is trusted",
+                                 StreamerConfig.warmup_requests)  # fmt: skip
+    request_timeout_s: float = param("s without an answer before asking again",
+                                     StreamerConfig.request_timeout_s)  # fmt: skip
+    tick_source: str = param(f"one of {TICK_SOURCES}: auto = timer on sim time, else thread",
+                             "auto")  # fmt: skip
+    stats_period_s: float = param("s between /vla/streamer/stats", 1.0)
+    # Held command vs measured arm: beyond this (rad) the held command moves to the arm, so a
+    # safety gate that stopped the arm can re-arm (its start tolerance is 0.05 rad).
+    resync_tolerance: float = param("rad between a held command and the arm before it resyncs",
+                                    0.03)  # fmt: skip
+    speed_scaling_topic: str = param("std_msgs/Float64 speed scaling to follow; empty = none", "")
+    speed_scaling_unit: str = param(f"one of {sorted(UNITS)}", "percent")
+
+
 class StreamerNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "streamer"), **kwargs)
-        declare = self.declare_parameter
-        robot = load_robot(str(declare("robot", "fr3").value))
-        self.control_rate_hz = float(declare("control_rate_hz", 250.0).value)
+        params = declare(self, StreamerParams)
+        robot = load_robot(params.robot)
+        self.control_rate_hz = params.control_rate_hz
         if not 1.0 <= self.control_rate_hz <= 2000.0:
             raise ValueError(f"control_rate_hz must be in [1, 2000], got {self.control_rate_hz}")
         self.config = StreamerConfig(
             control_period_s=1.0 / self.control_rate_hz,
-            mode=str(declare("mode", "async").value),
-            request_policy=str(declare("request_policy", "threshold").value),
-            margin_steps=int(declare("margin_steps", 25).value),
-            blend_window_s=float(declare("blend_window_s", 0.1).value),
-            driver_delay_s=float(declare("driver_delay_s", 0.0).value),
-            warmup_requests=int(declare("warmup_requests", 3).value),
-            request_timeout_s=float(declare("request_timeout_s", 2.0).value),
+            mode=params.mode,
+            request_policy=params.request_policy,
+            margin_steps=params.margin_steps,
+            blend_window_s=params.blend_window_s,
+            driver_delay_s=params.driver_delay_s,
+            warmup_requests=params.warmup_requests,
+            request_timeout_s=params.request_timeout_s,
         )
-        self.tick_source = str(declare("tick_source", "auto").value)
+        self.tick_source = params.tick_source
         if self.tick_source not in TICK_SOURCES:
             raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")
-        stats_period_s = float(declare("stats_period_s", 1.0).value)
-        # Held command vs measured arm: beyond this (rad) the held command moves to the arm, so a
-        # safety gate that stopped the arm can re-arm (its start tolerance is 0.05 rad).
-        self.resync_tolerance = float(declare("resync_tolerance", 0.03).value)
-        self.speed_scaling_topic = str(declare("speed_scaling_topic", "").value)
-        unit = self.speed_scaling_unit = str(declare("speed_scaling_unit", "percent").value)
+        stats_period_s = params.stats_period_s
+        self.resync_tolerance = params.resync_tolerance
+        self.speed_scaling_topic = params.speed_scaling_topic
+        unit = self.speed_scaling_unit = params.speed_scaling_unit
         if unit not in UNITS:
             raise ValueError(f"speed_scaling_unit must be one of {sorted(UNITS)}, got {unit!r}")
         use_sim_time = bool(self.get_parameter("use_sim_time").value)

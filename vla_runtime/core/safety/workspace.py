@@ -51,7 +51,8 @@ def box_planes(lo, hi) -> tuple[Plane, ...]:
 
 # The sim workcell's table top (vla_runtime.sim.workcell): x in [-0.25, 0.95], y in [-0.8, 0.8],
 # top at z = 0 where the robot base stands. Above 1.2 m nothing on the table needs reaching.
-DEFAULT_WORKSPACE = box_planes((-0.25, -0.8, -0.05), (0.95, 0.8, 1.2))
+WORKSPACE_MIN, WORKSPACE_MAX = (-0.25, -0.8, -0.05), (0.95, 0.8, 1.2)  # m, robot base frame
+DEFAULT_WORKSPACE = box_planes(WORKSPACE_MIN, WORKSPACE_MAX)
 
 
 @dataclass(frozen=True)

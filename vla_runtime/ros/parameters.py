@@ -1,0 +1,78 @@
+"""A node's ROS parameters, declared from one dataclass: one name, default, type and description
+per parameter (in the spirit of generate_parameter_library).
+
+Each node module has a frozen dataclass of its parameters whose defaults come from the core
+config they feed (`GateConfig.command_timeout`, ...), so a default is written once. Describe a
+field with `param("...")`; `declare(node, Params)` declares every field and returns the values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+P = TypeVar("P")
+
+
+def param(description: str, default, ros_type: Parameter.Type | None = None):
+    """A dataclass field that is a ROS parameter described by `description`. `ros_type` names
+    the type of a parameter whose default (None, an empty list) does not show it."""
+    metadata = {"description": description, "ros_type": ros_type}
+    if isinstance(default, list | tuple):  # mutable defaults: a fresh copy per instance
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def defaults(cls) -> dict:
+    """{name: default} of the parameter dataclass `cls`."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            raise TypeError(f"parameter {cls.__name__}.{f.name} has no default")
+    return out
+
+
+def declare(node: Node, cls: type[P]) -> P:
+    """Declare one parameter per field of `cls` and return `cls` built from the values the node
+    was started with, each converted to its default's type: `device:=0` (an int on the command
+    line) is the string "0", `fps: 15` (an int in YAML) is 15.0; what does not convert is a
+    one-line ValueError."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        default = defaults(cls)[f.name]
+        description = f.metadata.get("description", "")
+        if f.metadata.get("ros_type") is not None and default in (None, []):
+            # Typed but unset unless given: None (or an empty list) when the node gets none.
+            descriptor = ParameterDescriptor(description=description)
+            value = node.declare_parameter(f.name, f.metadata["ros_type"], descriptor).value
+            values[f.name] = default if value is None else list(value) if default == [] else value
+            continue
+        scalar = not isinstance(default, list)
+        descriptor = ParameterDescriptor(description=description, dynamic_typing=scalar)
+        value = node.declare_parameter(f.name, default, descriptor).value
+        values[f.name] = _converted(f.name, value, default) if scalar else list(value)
+    return cls(**values)
+
+
+def _converted(name: str, value, default):
+    kind = type(default)
+    try:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        if kind in (int, float) and isinstance(value, bool):
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"parameter {name} must be {kind.__name__}, got {value!r}") from None
