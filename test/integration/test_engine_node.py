@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -349,3 +350,39 @@ def test_remote_server_restart_recovers_without_restarting_the_node(rclpy_contex
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+@pytest.mark.integration
+def test_a_request_sent_before_the_engine_hears_of_the_episode_is_still_served(
+    rclpy_context, tmp_path
+):
+    """The streamer may hear of a new episode first and ask for its first chunk before the
+    engine gets the episode message: the engine keeps that request (it drops only requests
+    stamped before the episode began) and serves it once frames of the episode arrive."""
+    from trajectory_msgs.msg import JointTrajectory
+
+    from vla_runtime.core import topics
+    from vla_runtime.ros.qos import LATCHED
+
+    process, log = _start_engine(tmp_path, "engine")  # on_request
+    robot = RobotSide(rclpy_context, cameras=())  # no frames yet: the request must wait
+    episode_pub = robot.node.create_publisher(String, topics.EPISODE, LATCHED)
+    try:
+        assert robot.spin_until(lambda: robot.request_pub.get_subscription_count() > 0, 60)
+        now = robot.node.get_clock().now()
+        request = JointTrajectory()
+        request.header.stamp = now.to_msg()
+        request.header.frame_id = "req:7"
+        robot.request_pub.publish(request)
+        assert robot.spin_until(lambda: robot.error_stats("no image yet"), 120), log.read_text()
+        start = now.nanoseconds * 1e-9 - 0.5  # the episode began just before the request
+        episode_pub.publish(String(data=json.dumps({"episode": 2, "stamp": start})))
+        assert robot.spin_until(lambda: episode_pub.get_subscription_count() > 0, 30)
+        robot.cameras = ["scene", "wrist"]  # frames of the new episode
+        served = robot.spin_until(
+            lambda: any(c.header.frame_id == "req:7" for c in robot.chunks), 120
+        )
+        assert served, log.read_text()
+    finally:
+        robot.close()
+        _stop(process)

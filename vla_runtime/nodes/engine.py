@@ -330,7 +330,11 @@ class EngineNode(Node):
             return
         with self._lock:
             self._episode_start = start
-            self._pending_request = None  # asked for by the previous episode's plan
+            request = self._pending_request
+            # Drop one asked for by the previous episode's plan. The streamer may hear of the
+            # episode first and ask for its first chunk before this message arrives: keep that.
+            if request is not None and to_seconds(request.header.stamp) < start:
+                self._pending_request = None
 
     def _on_request(self, msg: JointTrajectory) -> None:
         with self._lock:
