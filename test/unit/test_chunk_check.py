@@ -231,6 +231,36 @@ def test_chunks_are_timed_against_a_fraction_of_the_limits():
         checker(limit_fraction=1.5)
 
 
+def test_a_chunk_that_left_a_resting_arm_behind_starts_late_from_its_first_action():
+    # The arm held at HOME while the chunk was computed; the chunk's first action is already
+    # 0.12 rad along on joint 1 (moving at 1 rad/s), due 0.01 s from now: no action is within
+    # reach, so it starts once the arm can get there at the planned velocity.
+    times = tuple(0.05 * (k + 1) for k in range(16))
+    rows = [HOME + [0.07 + 1.0 * t, 0, 0, 0, 0, 0, 0] for t in times]
+    c = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, rows)))
+    now = STAMP + 0.04
+    planned = checker(limit_fraction=0.7)
+    late = planned.check(c, now, HOME, now - 0.004)
+    assert late.decision == "clip" and "action 0 starts" in late.reasons[0]
+    need = (0.12 - 0.05) / (0.7 * ROBOT.velocity[0])  # s to close the gap beyond tolerance
+    start = max(now + 0.02, now - 0.004 + need)
+    assert late.stamp + late.times[0] == pytest.approx(start)
+    assert late.numbers["retimed_s"] == pytest.approx(start - (STAMP + times[0]))
+    assert (
+        checker(limit_fraction=0.7, retime_behind=False).check(c, now, HOME, now - 0.004).decision
+        == "veto"
+    )
+    # the same gap against the chunk's own motion (the arm is ahead of it): still a veto
+    back = [HOME + [-0.07 - 1.0 * t, 0, 0, 0, 0, 0, 0] for t in times]
+    c_back = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, back)))
+    ahead = HOME - [0.24, 0, 0, 0, 0, 0, 0]
+    assert planned.check(c_back, now, ahead, now - 0.004).decision == "veto"
+    # a start later than max_retime is a veto
+    far = [HOME + [0.8 + 1.0 * t, 0, 0, 0, 0, 0, 0] for t in times]
+    c_far = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, far)))
+    assert planned.check(c_far, now, HOME, now - 0.004).decision == "veto"
+
+
 def test_a_chunk_the_arm_is_behind_starts_late_instead_of_joining_mid_way():
     # 1 rad/s on joint 1 from where the arm stands; the chunk arrives 0.3 s after its
     # observation, when its live part is 0.3 rad ahead of the arm

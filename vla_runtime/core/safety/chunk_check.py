@@ -41,6 +41,7 @@ class ChunkCheckConfig:
     # comes `retime_lead` s from now (a sync executor does this with every chunk).
     retime_behind: bool = True
     retime_lead: float = 0.02
+    max_retime: float = 0.25  # s: a chunk that would start later than this is vetoed
     tcp_speed: float | None = None  # m/s; None: the robot's `tcp_speed`
     workcell: Workcell = field(default_factory=Workcell)
 
@@ -167,6 +168,8 @@ class ChunkChecker:
         numbers["start_jump_rad"] = float(jump.max())
         if (jump > allowed).any() and cfg.retime_behind:
             late = self._behind(arm[:first], times[:first], state, stamp, now, state_stamp)
+            if late is None:
+                late = self._start_late(arm, times, state, stamp, now, state_stamp)
             if late is not None:
                 first, shift = late
                 stamp += shift
@@ -247,6 +250,23 @@ class ChunkChecker:
             if (jump <= allowed).all():
                 return k, start - (stamp + times[k])
         return None
+
+    def _start_late(self, arm, times, state, stamp, now, state_stamp):
+        """(0, shift) that starts the chunk's first action once the arm can reach it at the
+        planned velocity, when no action is near the arm because the chunk has moved on ahead
+        of it along its own path (the arm held while the chunk was computed: its first actions
+        move away from the state); None otherwise or beyond `max_retime` s."""
+        cfg = self.config
+        if len(arm) < 2:
+            return None
+        gap, step = arm[0] - state, arm[1] - arm[0]
+        off = np.abs(gap) > cfg.continuity_tolerance
+        if not np.all(gap[off] * step[off] > 0.0):  # the arm is beside or beyond the chunk
+            return None
+        need = float(np.max((np.abs(gap) - cfg.continuity_tolerance) / self.planned_velocity))
+        start = max(now + cfg.retime_lead, state_stamp + need)
+        shift = start - (stamp + times[0])
+        return (0, shift) if 0.0 < shift <= cfg.max_retime else None
 
     def _layout(self, chunk: Chunk):
         """Column of each arm joint (robot order) and of the gripper, or a veto."""
