@@ -84,3 +84,22 @@ def test_a_float_parameter_takes_an_integer_and_refuses_a_string(ros):
         _close(node)
     with pytest.raises(ValueError, match="parameter blend_window_s must be float"):
         StreamerNode(parameter_overrides=[Parameter("blend_window_s", value="fast")])
+
+
+def test_core_configs_are_built_from_the_parameters(ros):
+    node = SafetyNode()
+    try:
+        assert node.gate.config.command_timeout == SafetyParams().command_timeout
+        assert node.gate.config.period == pytest.approx(1.0 / SafetyParams().control_rate_hz)
+        assert node.checker.config.max_time_scale == SafetyParams().max_time_scale
+        assert node.checker.config.tcp_speed is None  # -1: the robot's
+        assert node.workcell.table_clearance == SafetyParams().table_clearance
+    finally:
+        _close(node)
+    streamer = StreamerNode(parameter_overrides=[Parameter("margin_steps", value=7)])
+    try:
+        assert streamer.config.margin_steps == 7
+        assert streamer.config.control_period_s == pytest.approx(1.0 / 250.0)
+        assert streamer.config.max_future_s == StreamerConfig.max_future_s  # not a parameter
+    finally:
+        _close(streamer)

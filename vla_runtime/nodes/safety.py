@@ -51,7 +51,7 @@ from vla_runtime.core.safety.workspace import (
     box_planes,
 )
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
-from vla_runtime.ros.parameters import declare, param
+from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
@@ -103,12 +103,7 @@ class SafetyNode(Node):
         params = declare(self, SafetyParams)
         self.robot = load_robot(params.robot)
         rate = params.control_rate_hz
-        gate_config = GateConfig(
-            period=1.0 / rate,
-            command_timeout=params.command_timeout,
-            start_tolerance=params.start_tolerance,
-            state_timeout=params.state_timeout,
-        )
+        gate_config = build(GateConfig, params, period=1.0 / rate)
         boxes = params.keep_out_boxes
         if len(boxes) % 6:
             raise ValueError(f"keep_out_boxes needs 6 values per box, got {len(boxes)}")
@@ -116,19 +111,10 @@ class SafetyNode(Node):
             Box(tuple(boxes[i : i + 3]), tuple(boxes[i + 3 : i + 6]), f"#{i // 6}")
             for i in range(0, len(boxes), 6)
         )
-        self.workcell = Workcell(
-            workspace=box_planes(params.workspace_min, params.workspace_max),
-            keep_out=keep_out,
-            table_height=params.table_height,
-            table_clearance=params.table_clearance,
-        )
-        check_config = ChunkCheckConfig(
-            max_observation_age=params.max_observation_age,
-            max_state_age=params.max_state_age,
-            max_time_scale=params.max_time_scale,
-            tcp_speed=params.tcp_speed if params.tcp_speed > 0 else None,
-            workcell=self.workcell,
-        )
+        workspace = box_planes(params.workspace_min, params.workspace_max)
+        self.workcell = build(Workcell, params, workspace=workspace, keep_out=keep_out)
+        tcp_speed = params.tcp_speed if params.tcp_speed > 0 else None
+        check_config = build(ChunkCheckConfig, params, tcp_speed=tcp_speed, workcell=self.workcell)
         self.consequence_mode = params.consequence  # auto | off
         self.contact_force = params.max_contact_force
 

@@ -53,7 +53,7 @@ from vla_runtime.core.speed_scaling import UNITS, speed_fraction
 from vla_runtime.core.stats import Reservoir
 from vla_runtime.core.streaming import MODES, REQUEST_POLICIES, ActionStreamer, StreamerConfig
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
-from vla_runtime.ros.parameters import declare, param
+from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
@@ -148,16 +148,7 @@ class StreamerNode(Node):
         self.control_rate_hz = params.control_rate_hz
         if not 1.0 <= self.control_rate_hz <= 2000.0:
             raise ValueError(f"control_rate_hz must be in [1, 2000], got {self.control_rate_hz}")
-        self.config = StreamerConfig(
-            control_period_s=1.0 / self.control_rate_hz,
-            mode=params.mode,
-            request_policy=params.request_policy,
-            margin_steps=params.margin_steps,
-            blend_window_s=params.blend_window_s,
-            driver_delay_s=params.driver_delay_s,
-            warmup_requests=params.warmup_requests,
-            request_timeout_s=params.request_timeout_s,
-        )
+        self.config = build(StreamerConfig, params, control_period_s=1.0 / self.control_rate_hz)
         self.tick_source = params.tick_source
         if self.tick_source not in TICK_SOURCES:
             raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")

@@ -3,7 +3,8 @@ per parameter (in the spirit of generate_parameter_library).
 
 Each node module has a frozen dataclass of its parameters whose defaults come from the core
 config they feed (`GateConfig.command_timeout`, ...), so a default is written once. Describe a
-field with `param("...")`; `declare(node, Params)` declares every field and returns the values.
+field with `param("...")`; `declare(node, Params)` declares every field and returns the values,
+and `build(Config, params, ...)` makes the core config from them.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def declare(node: Node, cls: type[P]) -> P:
         value = node.declare_parameter(f.name, default, descriptor).value
         values[f.name] = _converted(f.name, value, default) if scalar else list(value)
     return cls(**values)
+
+
+def build(cls: type[P], params, **given) -> P:
+    """The config dataclass `cls` from the fields of `params` that it has too, and `given`
+    (which wins); its other fields keep their defaults."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    shared = {n: getattr(params, n) for n in names if hasattr(params, n) and n not in given}
+    return cls(**shared, **given)
 
 
 def _converted(name: str, value, default):
