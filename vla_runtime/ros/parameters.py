@@ -46,9 +46,9 @@ def declare(node: Node, cls: type[P]) -> P:
     was started with, each converted to its default's type: `device:=0` (an int on the command
     line) is the string "0", `fps: 15` (an int in YAML) is 15.0; what does not convert is a
     one-line ValueError."""
-    values = {}
+    values, all_defaults = {}, defaults(cls)
     for f in dataclasses.fields(cls):
-        default = defaults(cls)[f.name]
+        default = all_defaults[f.name]
         description = f.metadata.get("description", "")
         if f.metadata.get("ros_type") is not None and default in (None, []):
             # Typed but unset unless given: None (or an empty list) when the node gets none.
