@@ -4,21 +4,20 @@ Every source has the same small surface: `open()` (raises `CameraUnavailable` wi
 `read() -> (ok, frame_rgb)` with an HxWx3 uint8 RGB frame, `close()`, and `fps` (the source's
 own frame rate, None when it does not know). Pacing is the caller's job.
 
-Also: the ROS camera_info YAML calibration loader and resize helpers that keep the intrinsics
-consistent with the resized image.
+Also: the ROS camera_info YAML calibration loader and the helpers that size published frames.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
 import yaml
 
+from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.sim.render import SceneRenderer
 
 
@@ -30,7 +29,7 @@ class CalibrationError(ValueError):
     """A calibration file is missing, malformed or inconsistent."""
 
 
-# ---------------------------------------------------------------- resize and intrinsics
+# ---------------------------------------------------------------- output size
 
 
 def output_size(native: tuple[int, int], width: int, height: int) -> tuple[int, int]:
@@ -55,56 +54,7 @@ def resize_frame(frame: np.ndarray, width: int, height: int) -> np.ndarray:
     return cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
 
 
-def scale_intrinsics(matrix: np.ndarray, src: tuple[int, int], dst: tuple[int, int]) -> np.ndarray:
-    """Scale a 3x3 K (or 3x4 P) from an image of size src=(w, h) to dst=(w, h).
-
-    Rows 0 and 1 scale by the width and height ratios, the convention of ROS image_proc's
-    resize, so published CameraInfo matches what ROS tools expect."""
-    scaled = np.array(matrix, dtype=float, copy=True)
-    scaled[0, :] *= dst[0] / src[0]
-    scaled[1, :] *= dst[1] / src[1]
-    return scaled
-
-
 # ---------------------------------------------------------------- calibration
-
-
-@dataclass
-class CameraCalibration:
-    width: int
-    height: int
-    K: np.ndarray  # 3x3
-    D: list[float] = field(default_factory=list)
-    R: np.ndarray = field(default_factory=lambda: np.eye(3))
-    P: np.ndarray | None = None  # 3x4; [K | 0] when not given
-    distortion_model: str = "plumb_bob"
-    camera_name: str = ""
-
-    def __post_init__(self) -> None:
-        self.K = np.asarray(self.K, dtype=float).reshape(3, 3)
-        self.R = np.asarray(self.R, dtype=float).reshape(3, 3)
-        if self.P is None:
-            self.P = np.hstack([self.K, np.zeros((3, 1))])
-        self.P = np.asarray(self.P, dtype=float).reshape(3, 4)
-
-    @classmethod
-    def uncalibrated(cls, width: int, height: int) -> CameraCalibration:
-        """What ROS publishes for an uncalibrated camera: K, R and P all zeros, no distortion."""
-        return cls(width, height, K=np.zeros((3, 3)), R=np.zeros((3, 3)), P=np.zeros((3, 4)))
-
-    def scaled_to(self, width: int, height: int) -> CameraCalibration:
-        """The same calibration for the image resized to width x height."""
-        src, dst = (self.width, self.height), (width, height)
-        return CameraCalibration(
-            width=width,
-            height=height,
-            K=scale_intrinsics(self.K, src, dst),
-            D=list(self.D),
-            R=self.R.copy(),
-            P=scale_intrinsics(self.P, src, dst),
-            distortion_model=self.distortion_model,
-            camera_name=self.camera_name,
-        )
 
 
 def _matrix(doc: dict, key: str, rows: int, cols: int, path: Path) -> np.ndarray | None:

@@ -31,9 +31,9 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
 
 from vla_runtime.core import topics
+from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.drivers.cameras import (
     CalibrationError,
-    CameraCalibration,
     CameraUnavailable,
     DeviceSource,
     SimSource,
