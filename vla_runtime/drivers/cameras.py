@@ -2,7 +2,8 @@
 
 Every source has the same small surface: `open()` (raises `CameraUnavailable` with a reason),
 `read() -> (ok, frame_rgb)` with an HxWx3 uint8 RGB frame, `close()`, and `fps` (the source's
-own frame rate, None when it does not know). Pacing is the caller's job.
+own frame rate, None when it does not know), and `has_clock` for the OpenCV ones. Pacing is
+the caller's job (drivers/camera_capture.py).
 
 Also: the ROS camera_info YAML calibration loader and the helpers that size published frames.
 """
@@ -126,7 +127,33 @@ def _valid_fps(value: float) -> float | None:
     return float(value) if value and math.isfinite(value) and 0 < value < 1000 else None
 
 
-class DeviceSource:
+class _OpenCVSource:
+    """What the OpenCV sources share: BGR frames of `_capture` read as RGB, released on close.
+    `has_clock`: whether the source delivers frames at its own rate (a device) or as fast as
+    they are read (a file)."""
+
+    has_clock = True
+
+    _capture: cv2.VideoCapture | None  # set by the subclass: None until open()
+
+    def _grab(self) -> tuple[bool, np.ndarray | None]:
+        return self._capture.read()
+
+    def read(self) -> tuple[bool, np.ndarray | None]:
+        if self._capture is None:
+            return False, None
+        ok, frame = self._grab()
+        if not ok or frame is None:
+            return False, None
+        return True, cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.release()
+            self._capture = None
+
+
+class DeviceSource(_OpenCVSource):
     """A live camera through OpenCV: a V4L2 index ("0") or a device path ("/dev/video2")."""
 
     def __init__(self, device: str | int, fps: float | None = None) -> None:
@@ -134,7 +161,7 @@ class DeviceSource:
         self.device: str | int = int(text) if text.isdigit() else text
         self.requested_fps = fps
         self.fps: float | None = None
-        self._capture: cv2.VideoCapture | None = None
+        self._capture = None
 
     def open(self) -> None:
         self.close()
@@ -151,29 +178,18 @@ class DeviceSource:
         self.fps = _valid_fps(capture.get(cv2.CAP_PROP_FPS))
         self._capture = capture
 
-    def read(self) -> tuple[bool, np.ndarray | None]:
-        if self._capture is None:
-            return False, None
-        ok, frame = self._capture.read()
-        if not ok or frame is None:
-            return False, None
-        return True, cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
 
-    def close(self) -> None:
-        if self._capture is not None:
-            self._capture.release()
-            self._capture = None
-
-
-class VideoFileSource:
+class VideoFileSource(_OpenCVSource):
     """A video file that starts over at its end, so it can stand in for a live camera."""
+
+    has_clock = False
 
     def __init__(self, path: str | os.PathLike, loop: bool = True) -> None:
         self.path = Path(path)
         self.loop = loop
         self.fps: float | None = None
         self.frame_count = 0
-        self._capture: cv2.VideoCapture | None = None
+        self._capture = None
 
     def open(self) -> None:
         self.close()
@@ -192,23 +208,14 @@ class VideoFileSource:
         self.frame_count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         self._capture = capture
 
-    def read(self) -> tuple[bool, np.ndarray | None]:
-        if self._capture is None:
-            return False, None
+    def _grab(self) -> tuple[bool, np.ndarray | None]:
         ok, frame = self._capture.read()
         if not ok and self.loop:
             # Reopen rather than seek: seeking is unreliable for some codecs and containers.
             self._capture.release()
             self._capture = cv2.VideoCapture(str(self.path))
             ok, frame = self._capture.read() if self._capture.isOpened() else (False, None)
-        if not ok or frame is None:
-            return False, None
-        return True, cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
-
-    def close(self) -> None:
-        if self._capture is not None:
-            self._capture.release()
-            self._capture = None
+        return ok, frame
 
 
 class SimSource:
