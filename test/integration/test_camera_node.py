@@ -316,9 +316,9 @@ def test_missing_device_is_retried_in_process(rclpy_context):
     )
     try:
         deadline = time.monotonic() + 30
-        while node._status[0] != DiagnosticStatus.ERROR and time.monotonic() < deadline:
+        while node._health.status[0] != DiagnosticStatus.ERROR and time.monotonic() < deadline:
             time.sleep(0.05)
-        level, message = node._status
+        level, message = node._health.status
         assert level == DiagnosticStatus.ERROR
         assert "/dev/video_vla_absent does not exist" in message
         time.sleep(0.3)  # a few retries later the capture thread is still trying

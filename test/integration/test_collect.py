@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vla_runtime.data.collect import collect
-from vla_runtime.data.lerobot_format import load_episode, load_metadata
+from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 32  # rendering cost barely depends on size; small keeps videos and DDS traffic light

@@ -3,7 +3,6 @@ import pytest
 
 from vla_runtime.drivers.cameras import (
     CalibrationError,
-    CameraCalibration,
     CameraUnavailable,
     DeviceSource,
     SimSource,
@@ -11,7 +10,6 @@ from vla_runtime.drivers.cameras import (
     load_calibration,
     output_size,
     resize_frame,
-    scale_intrinsics,
 )
 
 FRAMES, WIDTH, HEIGHT, FPS = 10, 64, 48, 20.0
@@ -109,13 +107,6 @@ def test_resize_frame_area_average():
     assert resize_frame(frame, 4, 4) is frame
 
 
-def test_scale_intrinsics():
-    K = np.array([[600.0, 0.0, 320.0], [0.0, 500.0, 240.0], [0.0, 0.0, 1.0]])
-    scaled = scale_intrinsics(K, (640, 480), (320, 120))
-    np.testing.assert_allclose(scaled, [[300.0, 0.0, 160.0], [0.0, 125.0, 60.0], [0, 0, 1]])
-    assert K[0, 0] == 600.0  # input untouched
-
-
 CALIBRATION_YAML = """\
 image_width: 640
 image_height: 480
@@ -202,12 +193,6 @@ def test_calibration_errors(tmp_path, text, message):
 def test_missing_calibration_file(tmp_path):
     with pytest.raises(CalibrationError, match="cannot read"):
         load_calibration(tmp_path / "absent.yaml")
-
-
-def test_uncalibrated_has_zero_intrinsics():
-    calib = CameraCalibration.uncalibrated(224, 160)
-    assert (calib.width, calib.height) == (224, 160)
-    assert not calib.K.any() and not calib.P.any() and calib.D == []
 
 
 class FakeRenderer:

@@ -8,13 +8,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from vla_runtime.data.lerobot_format import (
-    DatasetError,
-    Episode,
-    LeRobotWriter,
-    load_episode,
-    load_metadata,
-)
+from vla_runtime.data.lerobot.reader import load_episode, load_metadata
+from vla_runtime.data.lerobot.schema import DatasetError
+from vla_runtime.data.lerobot.writer import Episode, LeRobotWriter
 
 NAMES = [f"j{i}" for i in range(7)] + ["gripper_width"]
 SIZE = 32

@@ -45,6 +45,20 @@ def test_rate_meter_zero_span_is_zero_rate():
     assert meter.rate_hz == 0.0
 
 
+def test_windowed_rate_meter_follows_the_newest_receipts():
+    meter = RateMeter(window=5)
+    for k in range(10):
+        meter.add(0.1 * k)  # 10 Hz
+    assert meter.rate_hz == pytest.approx(10.0)
+    for k in range(1, 5):
+        meter.add(0.9 + 0.5 * k)  # then 2 Hz: the window spans 0.9 .. 2.9 s
+    assert meter.t_first == pytest.approx(0.9) and meter.t_last == pytest.approx(2.9)
+    assert meter.rate_hz == pytest.approx(4 / 2.0)
+    assert meter.count == 14
+    with pytest.raises(ValueError, match="window"):
+        RateMeter(window=1)
+
+
 def test_reservoir_below_capacity_keeps_everything():
     reservoir = Reservoir(capacity=5)
     for value in [5.0, 1.0, 3.0]:

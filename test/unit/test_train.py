@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vla_runtime.data.lerobot_format import Episode, LeRobotWriter
+from vla_runtime.data.lerobot.writer import Episode, LeRobotWriter
 from vla_runtime.data.train import train
 from vla_runtime.engine.checkpoint import load_checkpoint
 

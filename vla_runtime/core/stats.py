@@ -1,7 +1,8 @@
 """Small measurement helpers for run reports and benchmarks (no ROS imports).
 
 - `summarize(samples)`: n / p50 / p99 / max / mean of a list of numbers.
-- `RateMeter`: message rate from receipt times, (n - 1) / (t_last - t_first).
+- `RateMeter`: message rate from receipt times, (n - 1) / (t_last - t_first), over all
+  receipts or the newest few.
 - `Reservoir`: a bounded, uniformly sampled set of latency samples whose n, max and mean
   stay exact over everything seen, so a long run keeps constant memory.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
@@ -34,27 +36,37 @@ def summarize(samples: Iterable[float]) -> dict:
 
 
 class RateMeter:
-    """Counts receipts and derives the mean rate between the first and the last one."""
+    """Counts receipts and derives the mean rate between the first and the last one; with
+    `window`, between the first and the last of the newest `window` receipts (a rate that
+    follows changes; `count` still counts them all)."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None) -> None:
+        if window is not None and window < 2:
+            raise ValueError(f"RateMeter window must span >= 2 receipts, got {window}")
         self.count = 0
         self.t_first: float | None = None
         self.t_last: float | None = None
+        self._recent: deque[float] | None = deque(maxlen=window) if window else None
 
     def add(self, t: float) -> None:
         """Record one receipt at time `t` (seconds, any clock as long as it is one clock)."""
-        if self.t_first is None:
+        if self._recent is not None:
+            self._recent.append(t)
+            self.t_first = self._recent[0]
+        elif self.t_first is None:
             self.t_first = t
         self.t_last = t
         self.count += 1
 
     @property
     def rate_hz(self) -> float:
-        """(n - 1) / (t_last - t_first); 0.0 until two receipts span a positive interval."""
-        if self.count < 2 or self.t_last is None or self.t_first is None:
+        """(n - 1) / (t_last - t_first) over the n receipts measured; 0.0 until two of them
+        span a positive interval."""
+        n = self.count if self._recent is None else len(self._recent)
+        if n < 2 or self.t_last is None or self.t_first is None:
             return 0.0
         span = self.t_last - self.t_first
-        return (self.count - 1) / span if span > 0 else 0.0
+        return (n - 1) / span if span > 0 else 0.0
 
 
 class Reservoir:

@@ -26,7 +26,7 @@ import numpy as np
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scene_change import change, thumbnail
 from vla_runtime.core.scheduler import FULL, TIER_NAMES, PhaseScheduler, SchedulerConfig
-from vla_runtime.data.lerobot_format import load_episode, load_metadata
+from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 
 GRIPPER_COLUMN = 7  # state/action: 7 arm joints + gripper width (m, both fingers)
 FINGERS = 2  # the scheduler works in one finger's opening (width / 2)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
-from vla_runtime.data.lerobot_format import Episode, LeRobotWriter
+from vla_runtime.data.lerobot.writer import Episode, LeRobotWriter
 from vla_runtime.sim.env import CAMERAS, Frame
 from vla_runtime.sim.tasks import CONTROL_DT, SceneReader, is_success, scene_colours
 

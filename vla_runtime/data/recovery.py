@@ -25,7 +25,7 @@ from vla_runtime.data.expert_recording import (
     sigint_deferred,
     task_dataset_writer,
 )
-from vla_runtime.data.lerobot_format import Episode
+from vla_runtime.data.lerobot.writer import Episode
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
 from vla_runtime.sim.env import InProcessEnv, clip_to_limits

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_runtime.data.lerobot_format import load_episode, load_metadata
+from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 from vla_runtime.engine.checkpoint import (
     SPEC,
     WEIGHTS,

@@ -2,23 +2,23 @@
 
 Every source has the same small surface: `open()` (raises `CameraUnavailable` with a reason),
 `read() -> (ok, frame_rgb)` with an HxWx3 uint8 RGB frame, `close()`, and `fps` (the source's
-own frame rate, None when it does not know). Pacing is the caller's job.
+own frame rate, None when it does not know), and `has_clock` for the OpenCV ones. Pacing is
+the caller's job (drivers/camera_capture.py).
 
-Also: the ROS camera_info YAML calibration loader and resize helpers that keep the intrinsics
-consistent with the resized image.
+Also: the ROS camera_info YAML calibration loader and the helpers that size published frames.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
 import yaml
 
+from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.sim.render import SceneRenderer
 
 
@@ -30,7 +30,7 @@ class CalibrationError(ValueError):
     """A calibration file is missing, malformed or inconsistent."""
 
 
-# ---------------------------------------------------------------- resize and intrinsics
+# ---------------------------------------------------------------- output size
 
 
 def output_size(native: tuple[int, int], width: int, height: int) -> tuple[int, int]:
@@ -55,56 +55,7 @@ def resize_frame(frame: np.ndarray, width: int, height: int) -> np.ndarray:
     return cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
 
 
-def scale_intrinsics(matrix: np.ndarray, src: tuple[int, int], dst: tuple[int, int]) -> np.ndarray:
-    """Scale a 3x3 K (or 3x4 P) from an image of size src=(w, h) to dst=(w, h).
-
-    Rows 0 and 1 scale by the width and height ratios, the convention of ROS image_proc's
-    resize, so published CameraInfo matches what ROS tools expect."""
-    scaled = np.array(matrix, dtype=float, copy=True)
-    scaled[0, :] *= dst[0] / src[0]
-    scaled[1, :] *= dst[1] / src[1]
-    return scaled
-
-
 # ---------------------------------------------------------------- calibration
-
-
-@dataclass
-class CameraCalibration:
-    width: int
-    height: int
-    K: np.ndarray  # 3x3
-    D: list[float] = field(default_factory=list)
-    R: np.ndarray = field(default_factory=lambda: np.eye(3))
-    P: np.ndarray | None = None  # 3x4; [K | 0] when not given
-    distortion_model: str = "plumb_bob"
-    camera_name: str = ""
-
-    def __post_init__(self) -> None:
-        self.K = np.asarray(self.K, dtype=float).reshape(3, 3)
-        self.R = np.asarray(self.R, dtype=float).reshape(3, 3)
-        if self.P is None:
-            self.P = np.hstack([self.K, np.zeros((3, 1))])
-        self.P = np.asarray(self.P, dtype=float).reshape(3, 4)
-
-    @classmethod
-    def uncalibrated(cls, width: int, height: int) -> CameraCalibration:
-        """What ROS publishes for an uncalibrated camera: K, R and P all zeros, no distortion."""
-        return cls(width, height, K=np.zeros((3, 3)), R=np.zeros((3, 3)), P=np.zeros((3, 4)))
-
-    def scaled_to(self, width: int, height: int) -> CameraCalibration:
-        """The same calibration for the image resized to width x height."""
-        src, dst = (self.width, self.height), (width, height)
-        return CameraCalibration(
-            width=width,
-            height=height,
-            K=scale_intrinsics(self.K, src, dst),
-            D=list(self.D),
-            R=self.R.copy(),
-            P=scale_intrinsics(self.P, src, dst),
-            distortion_model=self.distortion_model,
-            camera_name=self.camera_name,
-        )
 
 
 def _matrix(doc: dict, key: str, rows: int, cols: int, path: Path) -> np.ndarray | None:
@@ -176,7 +127,33 @@ def _valid_fps(value: float) -> float | None:
     return float(value) if value and math.isfinite(value) and 0 < value < 1000 else None
 
 
-class DeviceSource:
+class _OpenCVSource:
+    """What the OpenCV sources share: BGR frames of `_capture` read as RGB, released on close.
+    `has_clock`: whether the source delivers frames at its own rate (a device) or as fast as
+    they are read (a file)."""
+
+    has_clock = True
+
+    _capture: cv2.VideoCapture | None  # set by the subclass: None until open()
+
+    def _grab(self) -> tuple[bool, np.ndarray | None]:
+        return self._capture.read()
+
+    def read(self) -> tuple[bool, np.ndarray | None]:
+        if self._capture is None:
+            return False, None
+        ok, frame = self._grab()
+        if not ok or frame is None:
+            return False, None
+        return True, cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.release()
+            self._capture = None
+
+
+class DeviceSource(_OpenCVSource):
     """A live camera through OpenCV: a V4L2 index ("0") or a device path ("/dev/video2")."""
 
     def __init__(self, device: str | int, fps: float | None = None) -> None:
@@ -184,7 +161,7 @@ class DeviceSource:
         self.device: str | int = int(text) if text.isdigit() else text
         self.requested_fps = fps
         self.fps: float | None = None
-        self._capture: cv2.VideoCapture | None = None
+        self._capture = None
 
     def open(self) -> None:
         self.close()
@@ -201,29 +178,18 @@ class DeviceSource:
         self.fps = _valid_fps(capture.get(cv2.CAP_PROP_FPS))
         self._capture = capture
 
-    def read(self) -> tuple[bool, np.ndarray | None]:
-        if self._capture is None:
-            return False, None
-        ok, frame = self._capture.read()
-        if not ok or frame is None:
-            return False, None
-        return True, cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
 
-    def close(self) -> None:
-        if self._capture is not None:
-            self._capture.release()
-            self._capture = None
-
-
-class VideoFileSource:
+class VideoFileSource(_OpenCVSource):
     """A video file that starts over at its end, so it can stand in for a live camera."""
+
+    has_clock = False
 
     def __init__(self, path: str | os.PathLike, loop: bool = True) -> None:
         self.path = Path(path)
         self.loop = loop
         self.fps: float | None = None
         self.frame_count = 0
-        self._capture: cv2.VideoCapture | None = None
+        self._capture = None
 
     def open(self) -> None:
         self.close()
@@ -242,23 +208,14 @@ class VideoFileSource:
         self.frame_count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
         self._capture = capture
 
-    def read(self) -> tuple[bool, np.ndarray | None]:
-        if self._capture is None:
-            return False, None
+    def _grab(self) -> tuple[bool, np.ndarray | None]:
         ok, frame = self._capture.read()
         if not ok and self.loop:
             # Reopen rather than seek: seeking is unreliable for some codecs and containers.
             self._capture.release()
             self._capture = cv2.VideoCapture(str(self.path))
             ok, frame = self._capture.read() if self._capture.isOpened() else (False, None)
-        if not ok or frame is None:
-            return False, None
-        return True, cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
-
-    def close(self) -> None:
-        if self._capture is not None:
-            self._capture.release()
-            self._capture = None
+        return ok, frame
 
 
 class SimSource:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
@@ -31,9 +30,10 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
 
 from vla_runtime.core import topics
+from vla_runtime.core.camera_calibration import CameraCalibration, published_calibration
+from vla_runtime.drivers.camera_capture import ERROR, OK, WARN, CameraHealth, CaptureThread
 from vla_runtime.drivers.cameras import (
     CalibrationError,
-    CameraCalibration,
     CameraUnavailable,
     DeviceSource,
     SimSource,
@@ -42,15 +42,13 @@ from vla_runtime.drivers.cameras import (
     output_size,
     resize_frame,
 )
+from vla_runtime.ros.messages import camera_info_msg, diagnostic_array, image_msg
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
 SOURCES = ("sim", "device", "file")
-DEFAULT_FPS = 15.0  # files whose fps is unknown
 SIM_DEFAULT_SIZE = (224, 224)
-OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
-LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
 
 
 @dataclass(frozen=True)
@@ -72,73 +70,59 @@ class CameraNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "camera"), **kwargs)
         params = declare(self, CameraParams)
-        self.camera_name = params.camera_name
-        self.source_kind = params.source
-        self.device = params.device
-        self.path = params.path
-        self.fps = params.fps
-        self.width = params.width
-        self.height = params.height
-        self.frame_id = params.frame_id or f"{self.camera_name}_optical_frame"
-        calibration_file = params.calibration_file
-        self.retry_period_s = params.retry_period_s
-        self.sim_camera = params.sim_camera or self.camera_name
-
-        if self.source_kind not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got '{self.source_kind}'")
-        if self.source_kind == "file" and not self.path:
+        self.params = p = replace(
+            params,
+            frame_id=params.frame_id or f"{params.camera_name}_optical_frame",
+            sim_camera=params.sim_camera or params.camera_name,
+        )
+        if p.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got '{p.source}'")
+        if p.source == "file" and not p.path:
             raise ValueError("source 'file' needs the 'path' parameter")
-        if not (math.isfinite(self.fps) and self.fps >= 0):
-            raise ValueError(f"fps must be >= 0, got {self.fps}")
-        if not (math.isfinite(self.retry_period_s) and self.retry_period_s > 0):
-            raise ValueError(f"retry_period_s must be > 0, got {self.retry_period_s}")
-        output_size((1, 1), self.width, self.height)  # rejects negative sizes early
+        if not (math.isfinite(p.fps) and p.fps >= 0):
+            raise ValueError(f"fps must be >= 0, got {p.fps}")
+        if not (math.isfinite(p.retry_period_s) and p.retry_period_s > 0):
+            raise ValueError(f"retry_period_s must be > 0, got {p.retry_period_s}")
+        output_size((1, 1), p.width, p.height)  # rejects negative sizes early
+        self.hardware_id = {"device": f"device:{p.device}", "file": f"file:{p.path}"}.get(
+            p.source, f"sim:{p.sim_camera}"
+        )
 
-        self._lock = threading.Lock()
-        self._status = (WARN, "starting")
-        self._calibration_problem = ""
-        self._calibration = self._load_calibration(calibration_file)
+        self._health = CameraHealth()
+        self._calibration = self._load_calibration(p.calibration_file)
         self._infos: dict[tuple[int, int], CameraInfo] = {}
-        self.frames_published = 0
-        self._rate_window: list[float] = []
 
         self._image_pub = self.create_publisher(
-            Image, topics.camera_image(self.camera_name), qos_profile_sensor_data
+            Image, topics.camera_image(p.camera_name), qos_profile_sensor_data
         )
         self._info_pub = self.create_publisher(
-            CameraInfo, topics.camera_info(self.camera_name), qos_profile_sensor_data
+            CameraInfo, topics.camera_info(p.camera_name), qos_profile_sensor_data
         )
         self._diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS, 10)
         self.create_timer(1.0, self._publish_diagnostics)
 
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: CaptureThread | None = None
         self._sim: SimSource | None = None
-        if self.source_kind == "sim":
+        if p.source == "sim":
             self._start_sim()
         else:
-            self._thread = threading.Thread(
-                target=self._capture_loop, name=f"capture-{self.camera_name}", daemon=True
-            )
+            if p.source == "device":
+                source = DeviceSource(p.device, fps=p.fps or None)
+            else:
+                source = VideoFileSource(p.path, loop=True)
+            self._thread = CaptureThread(
+                source, p.fps, p.retry_period_s,
+                on_frame=lambda frame: self._publish(frame, self.get_clock().now()),
+                on_status=self._set_status, alive=self.context.ok, name=f"capture-{p.camera_name}",
+            )  # fmt: skip
             self._thread.start()
 
     # ------------------------------------------------------------ status and diagnostics
 
-    @property
-    def hardware_id(self) -> str:
-        if self.source_kind == "device":
-            return f"device:{self.device}"
-        if self.source_kind == "file":
-            return f"file:{self.path}"
-        return f"sim:{self.sim_camera}"
-
     def _set_status(self, level: bytes, message: str) -> None:
-        with self._lock:
-            changed = self._status != (level, message)
-            self._status = (level, message)
-        if not changed:
+        if not self._health.set_status(level, message):
             return
-        text = f"camera '{self.camera_name}' ({self.hardware_id}): {message}"
+        text = f"camera '{self.params.camera_name}' ({self.hardware_id}): {message}"
         if level == OK:
             self.get_logger().info(text)
         else:
@@ -146,37 +130,20 @@ class CameraNode(Node):
         self._publish_diagnostics()
 
     def _publish_diagnostics(self) -> None:
-        with self._lock:
-            level, message = self._status
-            rate = self._measured_rate()
-            frames = self.frames_published
-        if self._calibration_problem:
-            level = max(level, WARN)
-            message = f"{message}; {self._calibration_problem}"
-        status = DiagnosticStatus(
-            level=level,
-            name=f"{self.get_name()}: camera {self.camera_name}",
-            message=f"camera '{self.camera_name}': {message}",
-            hardware_id=self.hardware_id,
-            values=[
-                KeyValue(key="camera", value=self.camera_name),
-                KeyValue(key="source", value=self.source_kind),
-                KeyValue(key="frames_published", value=str(frames)),
-                KeyValue(key="publish_rate_hz", value=f"{rate:.2f}"),
-            ],
+        level, message, health = self._health.report()
+        name = self.params.camera_name
+        array = diagnostic_array(
+            self.get_clock().now().to_msg(),
+            level,
+            f"{self.get_name()}: camera {name}",
+            f"camera '{name}': {message}",
+            {"camera": name, "source": self.params.source, **health},
+            self.hardware_id,
         )
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
         try:
             self._diag_pub.publish(array)
         except Exception:  # context already shut down: nobody is listening any more
             pass
-
-    def _measured_rate(self) -> float:
-        window = self._rate_window
-        if len(window) < 2 or window[-1] <= window[0]:
-            return 0.0
-        return (len(window) - 1) / (window[-1] - window[0])
 
     # ------------------------------------------------------------ calibration and publishing
 
@@ -187,95 +154,29 @@ class CameraNode(Node):
             return load_calibration(path)
         except CalibrationError as exc:
             # Keep streaming: frames are still useful, and all-zero K says "uncalibrated".
-            self._calibration_problem = f"calibration ignored: {exc}"
-            self.get_logger().error(f"camera '{self.camera_name}': {self._calibration_problem}")
+            self._health.calibration_problem = problem = f"calibration ignored: {exc}"
+            self.get_logger().error(f"camera '{self.params.camera_name}': {problem}")
             return None
 
     def _camera_info(self, width: int, height: int) -> CameraInfo:
         info = self._infos.get((width, height))
-        if info is not None:
-            return info
-        if self._calibration is not None:
-            calib = self._calibration.scaled_to(width, height)
-        elif self._sim is not None:
-            calib = CameraCalibration(width, height, K=self._sim.intrinsics())
-        else:
-            calib = CameraCalibration.uncalibrated(width, height)
-        info = CameraInfo(
-            width=width,
-            height=height,
-            distortion_model=calib.distortion_model,
-            d=[float(v) for v in calib.D],
-            k=[float(v) for v in calib.K.ravel()],
-            r=[float(v) for v in calib.R.ravel()],
-            p=[float(v) for v in calib.P.ravel()],
-        )
-        info.header.frame_id = self.frame_id
-        self._infos[(width, height)] = info
+        if info is None:
+            sim = self._sim if self._calibration is None else None  # a file's calibration wins
+            K = sim.intrinsics() if sim is not None else None
+            calibration = published_calibration(width, height, self._calibration, K)
+            info = self._infos[(width, height)] = camera_info_msg(calibration, self.params.frame_id)
         return info
 
     def _publish(self, frame: np.ndarray, stamp: Time) -> None:
-        width, height = output_size((frame.shape[1], frame.shape[0]), self.width, self.height)
-        frame = np.ascontiguousarray(resize_frame(frame, width, height), dtype=np.uint8)
+        p = self.params
+        width, height = output_size((frame.shape[1], frame.shape[0]), p.width, p.height)
         stamp_msg = stamp.to_msg()
-        image = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3)
-        image.header.stamp = stamp_msg
-        image.header.frame_id = self.frame_id
-        image.data = frame.tobytes()
+        image = image_msg(resize_frame(frame, width, height), stamp_msg, p.frame_id)
         info = self._camera_info(width, height)
         info.header.stamp = stamp_msg
         self._image_pub.publish(image)
         self._info_pub.publish(info)
-        with self._lock:
-            self.frames_published += 1
-            self._rate_window.append(time.monotonic())
-            del self._rate_window[:-30]
-
-    # ------------------------------------------------------------ device / file capture
-
-    def _make_source(self) -> DeviceSource | VideoFileSource:
-        if self.source_kind == "device":
-            return DeviceSource(self.device, fps=self.fps or None)
-        return VideoFileSource(self.path, loop=True)
-
-    def _capture_loop(self) -> None:
-        source = self._make_source()
-        is_open = False
-        next_due = 0.0
-        while not self._stop.is_set():
-            try:
-                if not is_open:
-                    source.open()
-                    is_open = True
-                    next_due = time.monotonic()
-                    self._set_status(OK, "streaming")
-                rate = self.fps or source.fps
-                if not rate and self.source_kind == "file":
-                    rate = DEFAULT_FPS  # never read a file as fast as the disk allows
-                period = 1.0 / rate if rate else 0.0
-                if self.source_kind == "file" and period:
-                    # A file has no clock of its own: wait until the next frame is due.
-                    if self._stop.wait(max(0.0, next_due - time.monotonic())):
-                        break
-                ok, frame = source.read()
-                if not ok:
-                    raise CameraUnavailable("stopped delivering frames")
-                stamp = self.get_clock().now()
-                now = time.monotonic()
-                if self.source_kind == "device" and period and now < next_due - 0.25 * period:
-                    continue  # the device runs faster than `fps`: drop this frame
-                # Next slot one period on; after a stall restart the schedule instead of bursting.
-                next_due = max(next_due + period, now - period)
-                self._publish(frame, stamp)
-            except Exception as exc:
-                if self._stop.is_set() or not self.context.ok():
-                    break
-                source.close()
-                level = ERROR if not is_open else WARN
-                is_open = False
-                self._set_status(level, f"{exc}; retrying every {self.retry_period_s:g} s")
-                self._stop.wait(self.retry_period_s)
-        source.close()
+        self._health.frame_published(time.monotonic())
 
     # ------------------------------------------------------------ sim
 
@@ -288,8 +189,9 @@ class CameraNode(Node):
         self._set_status(WARN, f"waiting for the scene on {topics.SIM_SCENE_XML}")
 
     def _on_scene_xml(self, msg: String) -> None:
-        width, height = output_size(SIM_DEFAULT_SIZE, self.width, self.height)
-        source = SimSource(msg.data, self.sim_camera, width, height, self.fps)
+        p = self.params
+        width, height = output_size(SIM_DEFAULT_SIZE, p.width, p.height)
+        source = SimSource(msg.data, p.sim_camera, width, height, p.fps)
         try:
             source.open()
         except CameraUnavailable as exc:
@@ -305,7 +207,7 @@ class CameraNode(Node):
         values = np.asarray(msg.data, dtype=float)
         if values.size < 2 or not np.all(np.isfinite(values)):
             self.get_logger().warning(
-                f"camera '{self.camera_name}': ignoring scene state that is not "
+                f"camera '{self.params.camera_name}': ignoring scene state that is not "
                 "[sim_time, *qpos] with finite values",
                 throttle_duration_sec=5.0,
             )
@@ -334,9 +236,8 @@ class CameraNode(Node):
     # ------------------------------------------------------------ shutdown
 
     def close(self) -> None:
-        self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2.0)
+            self._thread.stop()
         if self._sim is not None:
             self._sim.close()
 

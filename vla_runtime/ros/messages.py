@@ -1,4 +1,5 @@
-"""Conversions between ROS messages and the core's types: stamps, images and action chunks.
+"""Conversions between ROS messages and the core's types: stamps, images, camera calibrations,
+diagnostics and action chunks.
 
 Chunks (and inference requests, the plan still to run) are `trajectory_msgs/JointTrajectory`
 messages with the convention of docs/design.md §2; `chunk_from_msg` and `chunk_msg` are the only
@@ -12,9 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 from builtin_interfaces.msg import Duration
 from builtin_interfaces.msg import Time as TimeMsg
-from sensor_msgs.msg import Image
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from sensor_msgs.msg import CameraInfo, Image
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.core.safety.chunk_check import Chunk
 
 
@@ -43,6 +46,53 @@ def image_from_msg(msg: Image) -> np.ndarray:
     rows = np.frombuffer(msg.data, dtype=np.uint8, count=h * step).reshape(h, step)
     image = rows[:, : w * 3].reshape(h, w, 3)
     return image[:, :, ::-1] if msg.encoding == "bgr8" else image
+
+
+def image_msg(frame: np.ndarray, stamp: TimeMsg, frame_id: str) -> Image:
+    """An rgb8 Image of an HxWx3 RGB frame (what `image_from_msg` reads back)."""
+    height, width = frame.shape[:2]
+    msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3)
+    msg.header.stamp = stamp
+    msg.header.frame_id = frame_id
+    msg.data = np.ascontiguousarray(frame, dtype=np.uint8).tobytes()
+    return msg
+
+
+def camera_info_msg(calibration: CameraCalibration, frame_id: str) -> CameraInfo:
+    """The CameraInfo of an image of the calibration's size (unstamped: set it per frame)."""
+    info = CameraInfo(
+        width=calibration.width,
+        height=calibration.height,
+        distortion_model=calibration.distortion_model,
+        d=[float(v) for v in calibration.D],
+        k=[float(v) for v in calibration.K.ravel()],
+        r=[float(v) for v in calibration.R.ravel()],
+        p=[float(v) for v in calibration.P.ravel()],
+    )
+    info.header.frame_id = frame_id
+    return info
+
+
+def diagnostic_array(
+    stamp: TimeMsg,
+    level: bytes,
+    name: str,
+    message: str,
+    values: dict[str, str],
+    hardware_id: str = "",
+) -> DiagnosticArray:
+    """A DiagnosticArray of one status (level: DiagnosticStatus.OK, WARN, ...) with `values`
+    as its key/value pairs."""
+    status = DiagnosticStatus(
+        level=level,
+        name=name,
+        message=message,
+        hardware_id=hardware_id,
+        values=[KeyValue(key=k, value=v) for k, v in values.items()],
+    )
+    array = DiagnosticArray(status=[status])
+    array.header.stamp = stamp
+    return array
 
 
 def chunk_from_msg(msg: JointTrajectory) -> Chunk:
