@@ -1,4 +1,5 @@
-"""Conversions between ROS messages and the core's types: stamps, images and action chunks.
+"""Conversions between ROS messages and the core's types: stamps, images, action chunks and
+diagnostics.
 
 Chunks (and inference requests, the plan still to run) are `trajectory_msgs/JointTrajectory`
 messages with the convention of docs/design.md §2; `chunk_from_msg` and `chunk_msg` are the only
@@ -7,11 +8,12 @@ places that read or build them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from builtin_interfaces.msg import Duration
 from builtin_interfaces.msg import Time as TimeMsg
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from sensor_msgs.msg import Image
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -74,3 +76,19 @@ def chunk_msg(
             )
         )
     return msg
+
+
+def diagnostics_msg(
+    name: str, level, message: str, values: Mapping, stamp: TimeMsg, hardware_id: str = ""
+) -> DiagnosticArray:
+    """A DiagnosticArray of one status whose key-values are `values` (as strings, in order)."""
+    status = DiagnosticStatus(
+        level=level,
+        name=name,
+        message=message,
+        hardware_id=hardware_id,
+        values=[KeyValue(key=k, value=str(v)) for k, v in values.items()],
+    )
+    array = DiagnosticArray(status=[status])
+    array.header.stamp = stamp
+    return array
