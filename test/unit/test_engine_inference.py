@@ -192,8 +192,8 @@ def test_continuous_infers_once_per_new_frame():
         assert recorder.wait(lambda: recorder.published)
         time.sleep(0.3)
         assert len(recorder.published) == 1
-        frame = INPUTS.frames["scene"]
-        recorder.worker.add_frame("scene", type(frame)(frame.image, 9.95, "next"))
+        image = INPUTS.frames["scene"].image
+        recorder.worker.add_frame("scene", Frame(image, 9.95, "next"))
         assert recorder.wait(lambda: len(recorder.published) == 2)
         assert recorder.published[1].newest.capture == "next"
     finally:
@@ -209,5 +209,5 @@ def test_closing_interrupts_an_injected_delay():
     finally:
         started = time.monotonic()
         recorder.worker.close()
-    assert time.monotonic() - started < 5.0 and recorder.published == []
-    np.testing.assert_equal(recorder.failures, [])
+    assert time.monotonic() - started < 5.0
+    assert recorder.published == [] and recorder.failures == []
