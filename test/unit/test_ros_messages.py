@@ -5,7 +5,7 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticStatus
 
 from vla_runtime.core.camera_calibration import CameraCalibration
-from vla_runtime.ros.messages import camera_info_msg, diagnostic_array, image_from_msg, image_msg
+from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_from_msg, image_msg
 
 
 def test_an_image_message_reads_back_as_the_frame():
@@ -31,8 +31,8 @@ def test_camera_info_carries_the_calibration_row_major():
 
 
 def test_diagnostic_array_of_one_status():
-    array = diagnostic_array(
-        Time(sec=7), DiagnosticStatus.WARN, "camera front", "stalled", {"frames": "3"}, "dev:0"
+    array = diagnostics_msg(
+        "camera front", DiagnosticStatus.WARN, "stalled", {"frames": 3}, Time(sec=7), "dev:0"
     )
     assert array.header.stamp.sec == 7
     (status,) = array.status

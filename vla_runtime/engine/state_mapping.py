@@ -7,10 +7,12 @@ sim driver take).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from vla_runtime.core.robot import load_robot
 from vla_runtime.engine.policy import (
     ActionSpace,
     PolicySpec,
@@ -42,6 +44,23 @@ class StateMapping:
             raise ValueError(f"gripper_state must be one of {GRIPPER_STATES}")
         if self.gripper_state != "none" and not self.gripper_joints:
             raise ValueError(f"gripper_state '{self.gripper_state}' needs gripper_joints")
+
+    @classmethod
+    def for_robot(
+        cls,
+        robot: str,
+        arm_joints: Sequence[str] = (),
+        gripper_joints: Sequence[str] = (),
+        gripper_state: str = "sum",
+        gripper_name: str = "",
+    ) -> StateMapping:
+        """The mapping of `arm_joints` and `gripper_joints`; those not given are the robot's
+        (config/robots/<robot>.yaml)."""
+        if not arm_joints or (gripper_state != "none" and not gripper_joints) or not gripper_name:
+            config = load_robot(robot)
+            arm_joints = arm_joints or config.joints
+            gripper_joints = gripper_joints or config.gripper_joints
+        return cls(tuple(arm_joints), tuple(gripper_joints or ()), gripper_state, gripper_name)
 
     @property
     def has_gripper(self) -> bool:

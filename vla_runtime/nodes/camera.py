@@ -42,7 +42,7 @@ from vla_runtime.drivers.cameras import (
     output_size,
     resize_frame,
 )
-from vla_runtime.ros.messages import camera_info_msg, diagnostic_array, image_msg
+from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_msg
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
@@ -132,12 +132,12 @@ class CameraNode(Node):
     def _publish_diagnostics(self) -> None:
         level, message, health = self._health.report()
         name = self.params.camera_name
-        array = diagnostic_array(
-            self.get_clock().now().to_msg(),
-            level,
+        array = diagnostics_msg(
             f"{self.get_name()}: camera {name}",
+            level,
             f"camera '{name}': {message}",
             {"camera": name, "source": self.params.source, **health},
+            self.get_clock().now().to_msg(),
             self.hardware_id,
         )
         try:

@@ -8,7 +8,7 @@ places that read or build them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from builtin_interfaces.msg import Duration
@@ -73,28 +73,6 @@ def camera_info_msg(calibration: CameraCalibration, frame_id: str) -> CameraInfo
     return info
 
 
-def diagnostic_array(
-    stamp: TimeMsg,
-    level: bytes,
-    name: str,
-    message: str,
-    values: dict[str, str],
-    hardware_id: str = "",
-) -> DiagnosticArray:
-    """A DiagnosticArray of one status (level: DiagnosticStatus.OK, WARN, ...) with `values`
-    as its key/value pairs."""
-    status = DiagnosticStatus(
-        level=level,
-        name=name,
-        message=message,
-        hardware_id=hardware_id,
-        values=[KeyValue(key=k, value=v) for k, v in values.items()],
-    )
-    array = DiagnosticArray(status=[status])
-    array.header.stamp = stamp
-    return array
-
-
 def chunk_from_msg(msg: JointTrajectory) -> Chunk:
     """The chunk a JointTrajectory carries, as sent (rows may be ragged: the checks judge)."""
     return Chunk(
@@ -124,3 +102,19 @@ def chunk_msg(
             )
         )
     return msg
+
+
+def diagnostics_msg(
+    name: str, level, message: str, values: Mapping, stamp: TimeMsg, hardware_id: str = ""
+) -> DiagnosticArray:
+    """A DiagnosticArray of one status whose key-values are `values` (as strings, in order)."""
+    status = DiagnosticStatus(
+        level=level,
+        name=name,
+        message=message,
+        hardware_id=hardware_id,
+        values=[KeyValue(key=k, value=str(v)) for k, v in values.items()],
+    )
+    array = DiagnosticArray(status=[status])
+    array.header.stamp = stamp
+    return array

@@ -135,13 +135,21 @@ class BackgroundSpinner:
 
 
 class ThrottledLog:
-    """Calls `log(message)` at most once every `period_s` (monotonic), whatever the message."""
+    """Calls `log(message)` at most once every `period_s` (monotonic): whatever the message, or
+    with `per_message` for each distinct message (a new one is logged at once)."""
 
-    def __init__(self, log, period_s: float = 2.0):
-        self._log, self._period, self._last = log, period_s, -math.inf
+    def __init__(self, log, period_s: float = 2.0, per_message: bool = False):
+        self._log, self._period, self._per_message = log, period_s, per_message
+        self._last: dict[str | None, float] = {}
 
-    def __call__(self, message: str) -> None:
+    def __call__(self, message: str) -> bool:
+        """True when `message` was logged."""
+        key = message if self._per_message else None
         now = time.monotonic()
-        if now - self._last >= self._period:
-            self._last = now
-            self._log(message)
+        if now - self._last.get(key, -math.inf) < self._period:
+            return False
+        if len(self._last) > 100:  # bounded: messages may carry changing numbers
+            self._last.clear()
+        self._last[key] = now
+        self._log(message)
+        return True
