@@ -1,14 +1,19 @@
-"""The ROS boundary's codecs: joint states, commands, requests, safety events."""
+"""The ROS boundary's codecs: joint states, commands, requests, checked chunks, safety events."""
 
 import json
 
 import numpy as np
 from sensor_msgs.msg import JointState
 
+from vla_runtime.core.safety.chunk_check import CLIP, Verdict
 from vla_runtime.core.streaming.streamer import Request, Setpoint
 from vla_runtime.ros.messages import (
     REQUEST_PREFIX,
+    checked_chunk_msg,
+    chunk_event,
+    chunk_msg,
     command_msg,
+    event_json,
     joint_state_values,
     parse_request_id,
     refused_request,
@@ -57,3 +62,25 @@ def test_command_is_stamped_with_the_command_time():
     assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (2, 1)
     assert list(msg.name) == ["a", "b"]
     assert list(msg.position) == [1.0, 2.0] and list(msg.velocity) == [0.5, 0.0]
+
+
+def test_checked_chunk_keeps_its_stamp_unless_retimed():
+    msg = chunk_msg(["a"], 10.0, [0.1, 0.2], [[0.0], [1.0]], "req:3")
+    times, positions = np.array([0.125, 0.375]), np.array([[0.0], [0.5]])
+    kept = checked_chunk_msg(msg, Verdict(CLIP, (), {}, times, positions, 10.0))
+    assert kept.header.stamp == msg.header.stamp and kept.header.frame_id == "req:3"
+    assert [to_seconds(p.time_from_start) for p in kept.points] == [0.125, 0.375]
+    assert [list(p.positions) for p in kept.points] == [[0.0], [0.5]]
+    moved = checked_chunk_msg(msg, Verdict(CLIP, (), {}, times, positions, 10.25))
+    assert to_seconds(moved.header.stamp) == 10.25
+
+
+def test_chunk_events_are_json_with_numpy_numbers():
+    msg = chunk_msg(["a"], 4.5, [0.1], [[0.0]], "req:9")
+    verdict = Verdict(CLIP, ("slowed",), {"time_scale": np.float64(1.5), "points": np.int64(3)})
+    event = json.loads(event_json(chunk_event(2, msg, verdict, 0.75), "chunk_check"))
+    assert event == {"source": "chunk_check", "event": "chunk", "chunk": 2, "stamp": 4.5,
+                     "request": "req:9", "check_ms": 0.75, "verdict": "clip",
+                     "reasons": ["slowed"], "time_scale": 1.5, "points": 3}  # fmt: skip
+    assert list(event)[0] == "source"
+    assert refused_request(event_json({**event, "verdict": "veto"}, "chunk_check")) == 9

@@ -19,7 +19,7 @@ from rclpy.time import Time
 from sensor_msgs.msg import Image, JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk
+from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk, Verdict
 from vla_runtime.core.streaming.streamer import Request, Setpoint
 
 REQUEST_PREFIX = "req:"
@@ -119,6 +119,39 @@ def parse_request_id(frame_id: str) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def checked_chunk_msg(msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
+    """The chunk `msg` as the (accept or clip) `verdict` lets it run; its stamp moves only when
+    the check re-timed it."""
+    stamp = msg.header.stamp
+    if verdict.stamp is not None and verdict.stamp != to_seconds(stamp):
+        stamp = verdict.stamp
+    return chunk_msg(msg.joint_names, stamp, verdict.times, verdict.positions,
+                     msg.header.frame_id)  # fmt: skip
+
+
+def chunk_event(chunk_id: int, msg: JointTrajectory, verdict: Verdict, check_ms: float) -> dict:
+    """The safety event reporting the verdict on the chunk `msg`."""
+    return {
+        "event": "chunk",
+        "chunk": chunk_id,
+        "stamp": to_seconds(msg.header.stamp),
+        "request": msg.header.frame_id,  # the streamer's request it answers, if any
+        "check_ms": check_ms,
+        **verdict.event(),
+    }
+
+
+def event_json(event: dict, source: str) -> str:
+    """An event as the JSON text of an events topic, its `source` first."""
+    return json.dumps({"source": source, **event}, default=_json_number)
+
+
+def _json_number(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")
 
 
 def refused_request(event: str) -> int | None:
