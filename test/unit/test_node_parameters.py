@@ -9,7 +9,7 @@ from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
 from vla_runtime.core.safety.gate import GateConfig
-from vla_runtime.core.streaming import StreamerConfig
+from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.nodes.camera import CameraNode, CameraParams
 from vla_runtime.nodes.engine import EngineNode, EngineParams
 from vla_runtime.nodes.safety import SafetyNode, SafetyParams

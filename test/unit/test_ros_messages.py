@@ -1,11 +1,33 @@
-"""Message codecs: images, camera info and diagnostics built the way the nodes read them."""
+"""The ROS boundary's codecs: images, camera info, diagnostics, joint states, commands,
+requests, checked chunks and safety events, built the way the nodes read them."""
+
+import json
 
 import numpy as np
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticStatus
+from sensor_msgs.msg import JointState
 
 from vla_runtime.core.camera_calibration import CameraCalibration
-from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_from_msg, image_msg
+from vla_runtime.core.safety.chunk_check import CLIP, Verdict
+from vla_runtime.core.streaming.streamer import Request, Setpoint
+from vla_runtime.ros.messages import (
+    REQUEST_PREFIX,
+    camera_info_msg,
+    checked_chunk_msg,
+    chunk_event,
+    chunk_msg,
+    command_msg,
+    diagnostics_msg,
+    event_json,
+    image_from_msg,
+    image_msg,
+    joint_state_values,
+    parse_request_id,
+    refused_request,
+    request_msg,
+    to_seconds,
+)
 
 
 def test_an_image_message_reads_back_as_the_frame():
@@ -43,3 +65,67 @@ def test_diagnostic_array_of_one_status():
     )
     assert status.hardware_id == "dev:0"
     assert [(kv.key, kv.value) for kv in status.values] == [("frames", "3")]
+
+
+def test_safety_verdicts_name_the_refused_request():
+    def event(verdict, request=f"{REQUEST_PREFIX}7", kind="chunk"):
+        return json.dumps({"source": "chunk_check", "event": kind, "verdict": verdict,
+                           "request": request})  # fmt: skip
+
+    assert refused_request(event("veto")) == 7
+    assert refused_request(event("stale")) == 7
+    assert refused_request(event("clip")) is None and refused_request(event("accept")) is None
+    assert refused_request(event("veto", request="")) is None  # not the streamer's request
+    assert refused_request(event("veto", kind="estop")) is None
+    assert refused_request("not json") is None and refused_request("[1]") is None
+
+
+def test_request_ids_round_trip_through_the_frame_id():
+    request = Request(12, 3.5, np.array([0.25, 0.5]), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    msg = request_msg(["a", "b"], request)
+    assert msg.header.frame_id == "req:12" and parse_request_id(msg.header.frame_id) == 12
+    assert to_seconds(msg.header.stamp) == 3.5
+    assert [to_seconds(p.time_from_start) for p in msg.points] == [0.25, 0.5]
+    assert [list(p.positions) for p in msg.points] == [[1.0, 2.0], [3.0, 4.0]]
+    assert parse_request_id("req:x") is None and parse_request_id("12") is None
+
+
+def test_joint_state_values_in_the_asked_order():
+    msg = JointState(name=["b", "a", "c"], position=[2.0, 1.0, 3.0], velocity=[0.2, 0.1, 0.3])
+    assert joint_state_values(msg, ["a", "b"]) == ([1.0, 2.0], [0.1, 0.2])
+    msg.velocity = [0.2]  # not one per name: no velocities
+    assert joint_state_values(msg, ["a", "b"]) == ([1.0, 2.0], None)
+    assert joint_state_values(msg, ["a", "d"]) is None
+    short = JointState(name=["a", "b"], position=[1.0])
+    assert joint_state_values(short, ["b"]) is None
+    assert joint_state_values(short, ["a"]) == ([1.0], None)
+
+
+def test_command_is_stamped_with_the_command_time():
+    setpoint = Setpoint(2.000000001, np.array([1.0, 2.0]), np.array([0.5, 0.0]), None, False)
+    msg = command_msg(["a", "b"], setpoint)
+    assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (2, 1)
+    assert list(msg.name) == ["a", "b"]
+    assert list(msg.position) == [1.0, 2.0] and list(msg.velocity) == [0.5, 0.0]
+
+
+def test_checked_chunk_keeps_its_stamp_unless_retimed():
+    msg = chunk_msg(["a"], 10.0, [0.1, 0.2], [[0.0], [1.0]], "req:3")
+    times, positions = np.array([0.125, 0.375]), np.array([[0.0], [0.5]])
+    kept = checked_chunk_msg(msg, Verdict(CLIP, (), {}, times, positions, 10.0))
+    assert kept.header.stamp == msg.header.stamp and kept.header.frame_id == "req:3"
+    assert [to_seconds(p.time_from_start) for p in kept.points] == [0.125, 0.375]
+    assert [list(p.positions) for p in kept.points] == [[0.0], [0.5]]
+    moved = checked_chunk_msg(msg, Verdict(CLIP, (), {}, times, positions, 10.25))
+    assert to_seconds(moved.header.stamp) == 10.25
+
+
+def test_chunk_events_are_json_with_numpy_numbers():
+    msg = chunk_msg(["a"], 4.5, [0.1], [[0.0]], "req:9")
+    verdict = Verdict(CLIP, ("slowed",), {"time_scale": np.float64(1.5), "points": np.int64(3)})
+    event = json.loads(event_json(chunk_event(2, msg, verdict, 0.75), "chunk_check"))
+    assert event == {"source": "chunk_check", "event": "chunk", "chunk": 2, "stamp": 4.5,
+                     "request": "req:9", "check_ms": 0.75, "verdict": "clip",
+                     "reasons": ["slowed"], "time_scale": 1.5, "points": 3}  # fmt: skip
+    assert list(event)[0] == "source"
+    assert refused_request(event_json({**event, "verdict": "veto"}, "chunk_check")) == 9

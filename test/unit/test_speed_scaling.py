@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from vla_runtime.core.interpolation import Limits
-from vla_runtime.core.speed_scaling import PlanClock, speed_fraction
-from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
+from vla_runtime.core.speed_scaling import PlanClock, SpeedScalingInput, speed_fraction
+from vla_runtime.core.streaming.config import StreamerConfig
+from vla_runtime.core.streaming.metrics import streamer_metrics
+from vla_runtime.core.streaming.streamer import ActionStreamer
 
 TICK = 1 / 64
 ACTION_DT = 0.125
@@ -124,7 +126,7 @@ def test_half_speed_runs_the_same_plan_at_half_the_rate():
         assert b.velocity[0] == pytest.approx(0.5 * a.velocity[0], abs=1e-12)
     tau = 100 * TICK / 2
     assert at_half[100].position[0] == pytest.approx(half.plan.sample(tau)[0][0], abs=1e-12)
-    m_full, m_half = full.metrics(), half.metrics()
+    m_full, m_half = streamer_metrics(full), streamer_metrics(half)
     assert m_full["executed_actions"] == m_half["executed_actions"] == 17
     assert m_half["stale_executed"] == m_half["empty_plan_ticks"] == 0
     assert (m_half["speed_scaling"], m_half["plan_lag_s"]) == (0.5, 2.0)
@@ -147,7 +149,7 @@ def test_stale_prefix_is_measured_in_plan_time(scale, driver_delay, t_obs, dropp
     ticks(streamer, 0, 64)  # now = 0 .. 1 s, no plan yet
     result = merge_wave(streamer, now=1.0, t_obs=t_obs)
     assert result.accepted and result.stale_dropped == dropped
-    assert streamer.metrics()["stale_dropped"] == dropped
+    assert streamer_metrics(streamer)["stale_dropped"] == dropped
 
 
 def test_pause_holds_the_plan_point_and_resume_continues_the_plan():
@@ -156,7 +158,7 @@ def test_pause_holds_the_plan_point_and_resume_continues_the_plan():
     ticks(streamer, 0, 16)  # tau = 0.25, moving at 0.2 pi cos(pi / 4) rad/s
     streamer.set_speed_scaling(0.0)
     paused = ticks(streamer, 17, 144)  # 2 s paused
-    m = streamer.metrics()
+    m = streamer_metrics(streamer)
     assert m["paused_ticks"] == 128 and m["executed_actions"] == 3  # tau 0, 0.125, 0.25
     assert m["empty_plan_ticks"] == m["stale_dropped"] == m["stale_executed"] == 0
     assert not any(s.holding for s in paused)  # paused on a plan, not out of plan
@@ -168,7 +170,7 @@ def test_pause_holds_the_plan_point_and_resume_continues_the_plan():
     request = streamer.make_request(144 * TICK)
     np.testing.assert_array_equal(request.times_from_start, ACTION_DT * np.arange(1, 15))
     ticks(streamer, 145, 287)  # the plan ends at tau = 2, t = 4; ticks until t < 4.5
-    m = streamer.metrics()
+    m = streamer_metrics(streamer)
     assert m["executed_actions"] == 17 and m["stale_executed"] == 0
     assert m["empty_plan_ticks"] == 31 and m["paused_ticks"] == 128
     assert m["plan_lag_s"] == 2.0
@@ -180,7 +182,7 @@ def test_a_pause_after_the_plan_ran_out_is_not_an_empty_plan():
     ticks(streamer, 0, 20)  # 4 ticks past the end
     streamer.set_speed_scaling(0.0)
     ticks(streamer, 21, 30)
-    m = streamer.metrics()
+    m = streamer_metrics(streamer)
     assert (m["empty_plan_ticks"], m["paused_ticks"], m["holding"]) == (4, 10, True)
 
 
@@ -208,3 +210,17 @@ def test_request_threshold_counts_the_remaining_plan_at_the_current_speed(scale,
 def test_streamer_refuses_a_speed_outside_0_1(bad):
     with pytest.raises(ValueError, match="speed scaling"):
         make_streamer().set_speed_scaling(bad)
+
+
+def test_speed_scaling_input_keeps_the_last_valid_reading_and_notes_pauses():
+    from_topic = SpeedScalingInput("percent")
+    assert from_topic.fraction is None and from_topic.age(5.0) is None
+    assert from_topic.read(50.0, now=1.0) == (0.5, None, "speed scaling 50%")
+    assert from_topic.read(40.0, now=2.0) == (0.4, None, None)
+    assert from_topic.read(0.0, now=3.0) == (0.0, None, "speed scaling 0: plan paused")
+    fraction, warning, note = from_topic.read(math.nan, now=4.0)
+    assert (fraction, note) == (None, None) and "not finite" in warning
+    assert (from_topic.fraction, from_topic.rejected, from_topic.age(4.5)) == (0.0, 1, 1.5)
+    assert from_topic.read(120.0, now=5.0)[::2] == (1.0, "speed scaling 100%: plan resumed")
+    with pytest.raises(ValueError, match="speed_scaling_unit"):
+        SpeedScalingInput("permille")

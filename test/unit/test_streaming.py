@@ -1,19 +1,15 @@
 """Streaming core: stale-prefix dropping, blending, hold, request policy, metrics."""
 
-import json
-
 import numpy as np
 import pytest
 
 from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.streaming import (
-    ActionStreamer,
-    Plan,
-    StreamerConfig,
-    finite_difference_velocities,
-    smoothstep,
-)
+from vla_runtime.core.streaming.config import StreamerConfig
+from vla_runtime.core.streaming.handover import smoothstep
+from vla_runtime.core.streaming.metrics import streamer_metrics
+from vla_runtime.core.streaming.plan import Plan, finite_difference_velocities
+from vla_runtime.core.streaming.streamer import ActionStreamer
 
 PERIOD = 0.004
 ROBOT = load_robot("fr3")
@@ -85,7 +81,7 @@ def test_stale_prefix_dropped_at_the_right_index(driver_delay, dropped):
     np.testing.assert_allclose(plan.times[1:], 0.9 + times[dropped:])
     assert plan.is_action.tolist() == [False] + [True] * (10 - dropped)
     tick_until(streamer, 1.05, 1.3)
-    metrics = streamer.metrics()
+    metrics = streamer_metrics(streamer)
     assert metrics["stale_dropped"] == dropped
     assert metrics["executed_actions"] == 10 - dropped
     assert metrics["stale_executed"] == 0
@@ -97,7 +93,7 @@ def test_chunk_entirely_stale_is_rejected_and_counted():
     result = streamer.merge_chunk(1.0, 0.5, chunk_times(), line(0.5 + chunk_times()))
     assert not result.accepted and result.stale_dropped == 10 and "stale" in result.reason
     assert streamer.plan is None
-    metrics = streamer.metrics()
+    metrics = streamer_metrics(streamer)
     assert (metrics["stale_dropped"], metrics["chunks_rejected"]) == (10, 1)
 
 
@@ -120,7 +116,7 @@ def test_bad_chunks_are_rejected_and_the_arm_holds(t_obs, times, positions, reas
     setpoints = tick_until(streamer, 1.004, 1.1)
     assert all(s.holding for s in setpoints)
     np.testing.assert_array_equal(setpoints[-1].position, HOME)
-    assert streamer.metrics()["last_rejection"] == result.reason
+    assert streamer_metrics(streamer)["last_rejection"] == result.reason
 
 
 def test_blend_keeps_position_and_velocity_continuous():
@@ -167,7 +163,7 @@ def test_blend_keeps_position_and_velocity_continuous():
     assert np.abs(np.diff(velocities, axis=0)).max() <= 10.0 * PERIOD * (1 + 1e-6)
     np.testing.assert_allclose(setpoints[-1].position, line([setpoints[-1].time],
                                offset=0.02)[0], atol=1e-9)  # fmt: skip
-    metrics = streamer.metrics()
+    metrics = streamer_metrics(streamer)
     assert metrics["handovers"] == 1 and metrics["stale_executed"] == 0
     # Velocity jumps 0 in a constant-velocity line, so only the blend's bump is visible.
     assert metrics["handover_jump_p99"] > 0
@@ -203,7 +199,7 @@ def test_hold_when_plan_runs_dry_decelerates_within_limits_and_stops():
     # smooth stop, not an extrapolation of the chunk.
     last_action = line([end], speed=1.0)[0][0]
     assert held[-1].position[0] - last_action == pytest.approx(0.051, abs=2e-3)
-    metrics = streamer.metrics()
+    metrics = streamer_metrics(streamer)
     assert metrics["empty_plan_ticks"] == len(held)
     assert metrics["executed_actions"] == 25 and metrics["stale_executed"] == 0
 
@@ -240,7 +236,7 @@ def test_threshold_policy_adds_the_expected_delay():
     streamer = make_streamer(margin_steps=5)
     # Delay 10 steps; plan ends at 0.04 + 0.2 s = step 60; 60 - i < 10 + 5 from i = 46 on.
     assert run_request_scenario(streamer, answer_after_steps=10)[0] == 46
-    assert streamer.metrics()["expected_delay_steps"] == 10
+    assert streamer_metrics(streamer)["expected_delay_steps"] == 10
 
 
 def test_continuous_policy_requests_back_to_back():
@@ -265,7 +261,7 @@ def test_request_carries_the_remaining_plan_and_times_out():
     np.testing.assert_array_equal(request.positions, plan.positions[still_to_run])
     assert not streamer.want_request(0.6)
     assert streamer.want_request(0.61)  # no answer within 0.5 s: ask again
-    assert streamer.metrics()["requests_timed_out"] == 1
+    assert streamer_metrics(streamer)["requests_timed_out"] == 1
 
 
 def test_a_refused_request_is_asked_again_at_once_not_after_the_timeout():
@@ -278,23 +274,8 @@ def test_a_refused_request_is_asked_again_at_once_not_after_the_timeout():
     assert streamer.request_refused(2)  # its chunk was vetoed: no answer is coming
     assert streamer.want_request(PERIOD * 47)
     assert streamer.make_request(PERIOD * 47).request_id == 3
-    metrics = streamer.metrics()
+    metrics = streamer_metrics(streamer)
     assert metrics["requests_refused"] == 1 and metrics["requests_timed_out"] == 0
-
-
-def test_safety_verdicts_name_the_refused_request():
-    from vla_runtime.nodes.streamer import REQUEST_PREFIX, refused_request
-
-    def event(verdict, request=f"{REQUEST_PREFIX}7", kind="chunk"):
-        return json.dumps({"source": "chunk_check", "event": kind, "verdict": verdict,
-                           "request": request})  # fmt: skip
-
-    assert refused_request(event("veto")) == 7
-    assert refused_request(event("stale")) == 7
-    assert refused_request(event("clip")) is None and refused_request(event("accept")) is None
-    assert refused_request(event("veto", request="")) is None  # not the streamer's request
-    assert refused_request(event("veto", kind="estop")) is None
-    assert refused_request("not json") is None and refused_request("[1]") is None
 
 
 def test_no_progress_when_the_clock_does_not_advance():
@@ -303,7 +284,7 @@ def test_no_progress_when_the_clock_does_not_advance():
     again = streamer.tick(1.0)
     back = streamer.tick(0.5)
     assert first.time == again.time == back.time == 1.0
-    assert streamer.metrics()["steps"] == 1
+    assert streamer_metrics(streamer)["steps"] == 1
 
 
 def test_config_validation():
@@ -315,7 +296,6 @@ def test_config_validation():
 
 def test_resync_moves_only_a_held_command_to_the_measured_arm():
     from vla_runtime.core.interpolation import Limits
-    from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
 
     limits = Limits(
         velocity=np.full(3, 2.0), acceleration=np.full(3, 10.0), jerk=np.full(3, 5000.0)
@@ -327,7 +307,7 @@ def test_resync_moves_only_a_held_command_to_the_measured_arm():
     assert not streamer.resync([0.2, -0.1], [0.3, 0.0], tolerance=0.03)  # arm still moving
     assert streamer.resync([0.2, -0.1], at_rest, tolerance=0.03)
     np.testing.assert_array_equal(streamer.tick(1.004).position, [0.2, -0.1, 0.04])
-    assert streamer.metrics()["resyncs"] == 1
+    assert streamer_metrics(streamer)["resyncs"] == 1
     # While a plan runs, the arm may lag the command: no resync.
     times = np.arange(1, 11) * 0.05
     positions = np.column_stack([np.linspace(0.2, 0.3, 10), np.full(10, -0.1), np.full(10, 0.04)])

@@ -26,7 +26,9 @@ import numpy as np
 from vla_runtime.core.interpolation import Limits, limits_for
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
-from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
+from vla_runtime.core.streaming.config import StreamerConfig
+from vla_runtime.core.streaming.metrics import streamer_metrics
+from vla_runtime.core.streaming.streamer import ActionStreamer
 from vla_runtime.nodes.streamer import StreamerNode
 from vla_runtime.stack.isolation import claim_domain
 
@@ -78,7 +80,7 @@ def run_core(mode: str, delay_s: float, rate_hz: float = 250.0, max_s: float = 8
             done_at = now
             break
     jerk = np.diff(np.array(positions), n=3, axis=0) / period**3
-    metrics = streamer.metrics()
+    metrics = streamer_metrics(streamer)
     tick = summarize(costs)
     return {
         "completion_s": done_at,

@@ -95,3 +95,41 @@ class PlanClock:
         if keep:
             self._slope_before = self._scale[keep - 1]
             del self._t[:keep], self._tau[:keep], self._scale[:keep]
+
+
+class SpeedScalingInput:
+    """The latest valid reading of a speed scaling topic, its time and the readings rejected.
+
+    A source that goes silent keeps its last value: the UR driver only stops publishing when its
+    controller manager stops, and falling back to 100 % would run the plan ahead of a slowed
+    arm, to 0 would freeze it on a DDS hiccup; the reading's `age` shows a stale one."""
+
+    def __init__(self, unit: str = "percent"):
+        if unit not in UNITS:
+            raise ValueError(f"speed_scaling_unit must be one of {sorted(UNITS)}, got {unit!r}")
+        self.unit = unit
+        self.fraction: float | None = None  # None: no valid reading yet
+        self.read_at: float | None = None
+        self.rejected = 0
+
+    def read(self, reading: float, now: float) -> tuple[float | None, str | None, str | None]:
+        """Take a reading at `now`: (its fraction, None when rejected; a warning when it was
+        clamped or rejected; a note when it is the first or pauses or resumes the plan)."""
+        fraction, warning = speed_fraction(reading, self.unit)
+        if fraction is None:
+            self.rejected += 1
+            return None, warning, None
+        previous, self.fraction, self.read_at = self.fraction, fraction, now
+        note = None
+        if previous is None:
+            note = f"speed scaling {fraction:.0%}"
+        elif (previous == 0.0) != (fraction == 0.0):
+            note = (
+                "speed scaling 0: plan paused" if fraction == 0.0
+                else f"speed scaling {fraction:.0%}: plan resumed"
+            )  # fmt: skip
+        return fraction, warning, note
+
+    def age(self, now: float) -> float | None:
+        """Seconds since the latest valid reading (None before any)."""
+        return None if self.read_at is None else now - self.read_at

@@ -15,54 +15,48 @@ A non-rated software layer: the robot's own safety controller and e-stop stay th
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.kinematics import chain_for
+from vla_runtime.core.latest_slot import LatestSlot
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.safety.chunk_check import (
-    STALE,
-    VETO,
-    Chunk,
-    ChunkCheckConfig,
-    ChunkChecker,
-    Verdict,
-)
+from vla_runtime.core.safety.chunk_check import STALE, VETO, ChunkCheckConfig, ChunkChecker, Verdict
 from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
+from vla_runtime.core.safety.rollout import rollout_verdict
 from vla_runtime.core.safety.workspace import (
     WORKSPACE_MAX,
     WORKSPACE_MIN,
-    Box,
     Workcell,
     box_planes,
+    keep_out_boxes,
 )
-from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
+from vla_runtime.ros.messages import (
+    checked_chunk_msg,
+    chunk_event,
+    chunk_from_msg,
+    chunk_msg,
+    event_json,
+    joint_state_values,
+    to_seconds,
+)
 from vla_runtime.ros.parameters import build, declare, param
-from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.qos import LATCHED, SCENE_STATE
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
-
-SCENE_STATE_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
-
-
-def _json(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -104,13 +98,7 @@ class SafetyNode(Node):
         self.robot = load_robot(params.robot)
         rate = params.control_rate_hz
         gate_config = build(GateConfig, params, period=1.0 / rate)
-        boxes = params.keep_out_boxes
-        if len(boxes) % 6:
-            raise ValueError(f"keep_out_boxes needs 6 values per box, got {len(boxes)}")
-        keep_out = tuple(
-            Box(tuple(boxes[i : i + 3]), tuple(boxes[i + 3 : i + 6]), f"#{i // 6}")
-            for i in range(0, len(boxes), 6)
-        )
+        keep_out = keep_out_boxes(params.keep_out_boxes)
         workspace = box_planes(params.workspace_min, params.workspace_max)
         self.workcell = build(Workcell, params, workspace=workspace, keep_out=keep_out)
         tcp_speed = params.tcp_speed if params.tcp_speed > 0 else None
@@ -164,14 +152,12 @@ class SafetyNode(Node):
         sub(String, topics.EPISODE, self._on_episode, LATCHED)
         if self.consequence_mode != "off":
             sub(String, topics.SIM_SCENE_XML, self._on_scene_xml, LATCHED)
-            sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE_QOS)
+            sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE)
         self.add_on_set_parameters_callback(self._on_parameters)
 
         self._chunks_received = 0
         self._pacer = TickPacer(gate_config.period)
-        self._pending: tuple[int, JointTrajectory, float] | None = None
-        self._wake = threading.Condition()
-        self._running = True
+        self._chunks = LatestSlot()  # (chunk id, message, received at) for the check worker
         # The gate ticks in the executor thread while the check worker computes: at the
         # default 5 ms switch interval the ticks would be delayed and then fire in bursts.
         sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
@@ -189,18 +175,12 @@ class SafetyNode(Node):
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_state(self, msg: JointState) -> None:
-        try:
-            index = {name: i for i, name in enumerate(msg.name)}
-            cols = [index[j] for j in self.robot.joints]
-            q = np.array([msg.position[c] for c in cols], dtype=float)
-            dq = (
-                np.array([msg.velocity[c] for c in cols], dtype=float)
-                if len(msg.velocity) == len(msg.name)
-                else np.zeros(len(cols))
-            )
-        except (KeyError, IndexError):
+        values = joint_state_values(msg, self.robot.joints)
+        if values is None:
             self._publish_events([{"event": "state_rejected", "reason": "malformed joint state"}])
             return
+        q = np.array(values[0], dtype=float)
+        dq = np.zeros(len(q)) if values[1] is None else np.array(values[1], dtype=float)
         stamp = to_seconds(msg.header.stamp)
         if stamp < self._episode_start:  # measured before the reset: not the arm of now
             return
@@ -232,11 +212,10 @@ class SafetyNode(Node):
         if start is None:
             self._publish_events([{"event": "episode_rejected", "reason": msg.data[:200]}])
             return
-        with self._wake:
-            superseded, self._pending = self._pending, None
-            self._episode_start = start
-            self._state = None
-            self.gate.new_episode(self._now())
+        superseded = self._chunks.clear()
+        self._episode_start = start
+        self._state = None
+        self.gate.new_episode(self._now())
         if superseded is not None:
             verdict = Verdict(STALE, ("from the previous episode",))
             self._report(superseded[0], superseded[1], verdict, 0.0)
@@ -296,28 +275,19 @@ class SafetyNode(Node):
 
     def _publish_events(self, events: list[dict], source: str = "gate") -> None:
         for event in events:
-            event = {"source": source, **event}
-            self._event_pub.publish(String(data=json.dumps(event, default=_json)))
+            self._event_pub.publish(String(data=event_json(event, source)))
 
     # -- chunks ------------------------------------------------------------------------------
     def _on_chunk(self, msg: JointTrajectory) -> None:
         self._chunks_received += 1
-        with self._wake:
-            superseded = self._pending
-            self._pending = (self._chunks_received, msg, time.perf_counter())
-            self._wake.notify()
+        superseded = self._chunks.put((self._chunks_received, msg, time.perf_counter()))
         if superseded is not None:
             verdict = Verdict(STALE, ("superseded by a newer chunk before its check",))
             self._report(superseded[0], superseded[1], verdict, 0.0)
 
     def _check_loop(self) -> None:
-        while True:
-            with self._wake:
-                self._wake.wait_for(lambda: self._pending is not None or not self._running)
-                if not self._running:
-                    return
-                chunk_id, msg, received = self._pending
-                self._pending = None
+        while (taken := self._chunks.take()) is not None:
+            chunk_id, msg, received = taken
             try:
                 verdict = self._check(msg)
             except Exception as exc:  # every chunk ends with a verdict, even a crashing one
@@ -326,7 +296,7 @@ class SafetyNode(Node):
                 return
             self._report(chunk_id, msg, verdict, 1e3 * (time.perf_counter() - received))
             if verdict.executable:
-                self._checked_pub.publish(self._checked_message(msg, verdict))
+                self._checked_pub.publish(checked_chunk_msg(msg, verdict))
 
     def _check(self, msg: JointTrajectory) -> Verdict:
         chunk = chunk_from_msg(msg)
@@ -337,47 +307,15 @@ class SafetyNode(Node):
         q, dq, stamp = state if state is not None else (None, None, None)
         verdict = self.checker.check(chunk, now, q, stamp)
         if verdict.executable and self._consequence is not None and self._scene_qpos is not None:
-            verdict = self._rollout(verdict, chunk, now, dq)
+            verdict = rollout_verdict(verdict, chunk, now, dq, self._consequence, self._scene_qpos,
+                                      self.robot.joints, self._gripper_joint)  # fmt: skip
         return verdict
 
-    def _rollout(self, verdict: Verdict, chunk: Chunk, now: float, dq) -> Verdict:
-        names = list(chunk.joint_names)
-        arm = verdict.positions[:, [names.index(j) for j in self.robot.joints]]
-        ahead = verdict.stamp + verdict.times - now
-        live = ahead > 0.0
-        widths = None
-        if self._gripper_joint in names:
-            widths = 2.0 * verdict.positions[live, names.index(self._gripper_joint)]
-        started = time.perf_counter()
-        result = self._consequence.rollout(self._scene_qpos, dq, ahead[live], arm[live], widths)
-        numbers = {f"rollout_{k}": v for k, v in result.numbers.items()}
-        numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
-        if result.safe:
-            return replace(verdict, numbers={**verdict.numbers, **numbers})
-        return verdict.vetoed("consequence: " + "; ".join(result.hazards), **numbers)
-
     def _report(self, chunk_id: int, msg, verdict: Verdict, check_ms: float) -> None:
-        event = {
-            "event": "chunk",
-            "chunk": chunk_id,
-            "stamp": to_seconds(msg.header.stamp),
-            "request": msg.header.frame_id,  # the streamer's request it answers, if any
-            "check_ms": check_ms,
-            **verdict.event(),
-        }
-        self._publish_events([event], source="chunk_check")
-
-    def _checked_message(self, msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
-        stamp = msg.header.stamp
-        if verdict.stamp is not None and verdict.stamp != to_seconds(stamp):
-            stamp = verdict.stamp  # re-timed
-        return chunk_msg(msg.joint_names, stamp, verdict.times, verdict.positions,
-                         msg.header.frame_id)  # fmt: skip
+        self._publish_events([chunk_event(chunk_id, msg, verdict, check_ms)], "chunk_check")
 
     def close(self) -> None:
-        with self._wake:
-            self._running = False
-            self._wake.notify_all()
+        self._chunks.close()
         self._worker.join(timeout=5.0)
 
 

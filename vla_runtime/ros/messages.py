@@ -1,24 +1,30 @@
 """Conversions between ROS messages and the core's types: stamps, images, camera calibrations,
-diagnostics and action chunks.
+joint states, diagnostics, action chunks and safety events.
 
 Chunks (and inference requests, the plan still to run) are `trajectory_msgs/JointTrajectory`
 messages with the convention of docs/design.md §2; `chunk_from_msg` and `chunk_msg` are the only
-places that read or build them.
+places that read or build them. A request's `header.frame_id` is "req:<id>" and the chunk
+answering it echoes it; the safety node's chunk verdict events carry it as "request".
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 from builtin_interfaces.msg import Duration
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from sensor_msgs.msg import CameraInfo, Image
+from rclpy.time import Time
+from sensor_msgs.msg import CameraInfo, Image, JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core.camera_calibration import CameraCalibration
-from vla_runtime.core.safety.chunk_check import Chunk
+from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk, Verdict
+from vla_runtime.core.streaming.streamer import Request, Setpoint
+
+REQUEST_PREFIX = "req:"
 
 
 def to_seconds(stamp: TimeMsg | Duration) -> float:
@@ -118,3 +124,87 @@ def diagnostics_msg(
     array = DiagnosticArray(status=[status])
     array.header.stamp = stamp
     return array
+
+
+def joint_state_values(msg: JointState, joints: Sequence[str]):
+    """(positions, velocities) of `joints`, in that order; velocities None unless the message has
+    one per name. None when a joint or its position is missing."""
+    index = {name: i for i, name in enumerate(msg.name)}
+    try:
+        columns = [index[j] for j in joints]
+        positions = [msg.position[c] for c in columns]
+    except (KeyError, IndexError):
+        return None
+    if len(msg.velocity) != len(msg.name):
+        return positions, None
+    return positions, [msg.velocity[c] for c in columns]
+
+
+def command_msg(joint_names: Sequence[str], setpoint: Setpoint) -> JointState:
+    """The streamer's command: the setpoint, stamped with the command time it is for."""
+    msg = JointState(name=list(joint_names))
+    msg.header.stamp = Time(nanoseconds=round(setpoint.time * 1e9)).to_msg()
+    msg.position = setpoint.position.tolist()
+    msg.velocity = setpoint.velocity.tolist()
+    return msg
+
+
+def request_msg(joint_names: Sequence[str], request: Request) -> JointTrajectory:
+    return chunk_msg(joint_names, request.stamp, request.times_from_start, request.positions,
+                     f"{REQUEST_PREFIX}{request.request_id}")  # fmt: skip
+
+
+def parse_request_id(frame_id: str) -> int | None:
+    """The request id a "req:<id>" frame id names, else None."""
+    if frame_id.startswith(REQUEST_PREFIX):
+        try:
+            return int(frame_id[len(REQUEST_PREFIX) :])
+        except ValueError:
+            return None
+    return None
+
+
+def checked_chunk_msg(msg: JointTrajectory, verdict: Verdict) -> JointTrajectory:
+    """The chunk `msg` as the (accept or clip) `verdict` lets it run; its stamp moves only when
+    the check re-timed it."""
+    stamp = msg.header.stamp
+    if verdict.stamp is not None and verdict.stamp != to_seconds(stamp):
+        stamp = verdict.stamp
+    return chunk_msg(msg.joint_names, stamp, verdict.times, verdict.positions,
+                     msg.header.frame_id)  # fmt: skip
+
+
+def chunk_event(chunk_id: int, msg: JointTrajectory, verdict: Verdict, check_ms: float) -> dict:
+    """The safety event reporting the verdict on the chunk `msg`."""
+    return {
+        "event": "chunk",
+        "chunk": chunk_id,
+        "stamp": to_seconds(msg.header.stamp),
+        "request": msg.header.frame_id,  # the streamer's request it answers, if any
+        "check_ms": check_ms,
+        **verdict.event(),
+    }
+
+
+def event_json(event: dict, source: str) -> str:
+    """An event as the JSON text of an events topic, its `source` first."""
+    return json.dumps({"source": source, **event}, default=_json_number)
+
+
+def _json_number(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def refused_request(event: str) -> int | None:
+    """The request id a safety chunk verdict refuses (veto, stale), from its JSON event."""
+    try:
+        event = json.loads(event)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("event") != "chunk":
+        return None
+    if event.get("verdict") not in (VETO, STALE):
+        return None
+    return parse_request_id(str(event.get("request", "")))

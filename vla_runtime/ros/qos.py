@@ -15,3 +15,5 @@ def latched(depth: int = 1) -> QoSProfile:
 
 
 LATCHED = latched()
+# The sim scene's state: a stream where only the newest message matters.
+SCENE_STATE = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)

@@ -2,11 +2,13 @@
 
 A `spin_once(timeout_sec=…)` loop is used rather than EventsExecutor, which hung in shutdown
 on the pip-installed Jazzy wheels. SIGINT and SIGTERM both end the loop, after which the node's
-`close()` runs so drivers can leave the arm holding.
+`close()` runs so drivers can leave the arm holding. `DeadlineThread` runs a control loop
+outside the executor, on absolute CLOCK_MONOTONIC deadlines.
 """
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import math
 import signal
@@ -153,3 +155,72 @@ class ThrottledLog:
         self._last[key] = now
         self._log(message)
         return True
+
+
+CLOCK_MONOTONIC, TIMER_ABSTIME = 1, 1
+EINTR = 4
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def absolute_sleeper():
+    """sleep_until(deadline_ns on CLOCK_MONOTONIC): clock_nanosleep(TIMER_ABSTIME) through libc
+    (no drift from computing relative sleeps), or time.sleep where libc lacks it."""
+    try:
+        clock_nanosleep = ctypes.CDLL(None, use_errno=True).clock_nanosleep
+    except (OSError, AttributeError):
+        clock_nanosleep = None
+
+    def sleep_until(deadline_ns: int) -> None:
+        if clock_nanosleep is None:
+            delay = (deadline_ns - time.monotonic_ns()) * 1e-9
+            if delay > 0:
+                time.sleep(delay)
+            return
+        spec = _Timespec(deadline_ns // 1_000_000_000, deadline_ns % 1_000_000_000)
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, ctypes.byref(spec), None) == EINTR:
+            pass  # a signal arrived; sleep on to the same deadline
+
+    return sleep_until
+
+
+class DeadlineThread:
+    """Calls `tick()` every `period_s` from a daemon thread sleeping to absolute deadlines
+    (lowest jitter, wall time). A tick that overruns whole periods skips the missed ticks
+    (counted in `overruns`), never bursts to catch up."""
+
+    def __init__(self, period_s: float, tick: Callable[[], None], name: str = "control"):
+        self.period_ns = round(period_s * 1e9)
+        self.overruns = 0
+        self._tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> DeadlineThread:
+        # The thread must get the GIL back promptly when its deadline comes.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout)
+
+    def _run(self) -> None:
+        sleep_until = absolute_sleeper()
+        period_ns = self.period_ns
+        deadline = time.monotonic_ns() + period_ns
+        while not self._stop.is_set():
+            sleep_until(deadline)
+            if self._stop.is_set():
+                break
+            self._tick()
+            deadline += period_ns
+            late = time.monotonic_ns() - deadline
+            if late > 0:
+                missed = late // period_ns + 1
+                self.overruns += missed
+                deadline += missed * period_ns

@@ -94,3 +94,13 @@ class Workcell:
         if mask.any():
             found.append(("self clearance (hand over the base)", mask, float(radial.min())))
         return found
+
+
+def keep_out_boxes(values) -> tuple[Box, ...]:
+    """Keep-out boxes from a flat list of 6 values per box (min x y z, max x y z), named #0, #1…"""
+    if len(values) % 6:
+        raise ValueError(f"keep_out_boxes needs 6 values per box, got {len(values)}")
+    return tuple(
+        Box(tuple(values[i : i + 3]), tuple(values[i + 3 : i + 6]), f"#{i // 6}")
+        for i in range(0, len(values), 6)
+    )

@@ -1,0 +1,40 @@
+"""The streamer's settings: mode (overlapped inference or wait-then-execute), request policy,
+blend window, delays and timeouts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MODES = ("async", "sync")
+REQUEST_POLICIES = ("threshold", "continuous")
+
+
+@dataclass
+class StreamerConfig:
+    control_period_s: float = 0.004
+    mode: str = "async"
+    request_policy: str = "threshold"
+    margin_steps: int = 25
+    blend_window_s: float = 0.1
+    driver_delay_s: float = 0.0
+    warmup_requests: int = 3
+    request_timeout_s: float = 2.0
+    # A chunk stamped further in the future than this is a clock mismatch, not a chunk.
+    max_future_s: float = 0.5
+
+    def __post_init__(self):
+        if not (math.isfinite(self.control_period_s) and self.control_period_s > 0):
+            raise ValueError(f"control_period_s must be > 0, got {self.control_period_s}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.request_policy not in REQUEST_POLICIES:
+            raise ValueError(
+                f"request_policy must be one of {REQUEST_POLICIES}, got {self.request_policy!r}"
+            )
+        for name in ("blend_window_s", "driver_delay_s", "request_timeout_s", "max_future_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        if self.margin_steps < 0 or self.warmup_requests < 0:
+            raise ValueError("margin_steps and warmup_requests must be >= 0")
