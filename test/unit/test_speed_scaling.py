@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from vla_runtime.core.interpolation import Limits
-from vla_runtime.core.speed_scaling import PlanClock, speed_fraction
+from vla_runtime.core.speed_scaling import (
+    UR_SPEED_SCALING_TOPIC,
+    PlanClock,
+    broadcast_topic,
+    speed_fraction,
+)
 from vla_runtime.core.streaming import ActionStreamer, StreamerConfig
 
 TICK = 1 / 64
@@ -208,3 +213,11 @@ def test_request_threshold_counts_the_remaining_plan_at_the_current_speed(scale,
 def test_streamer_refuses_a_speed_outside_0_1(bad):
     with pytest.raises(ValueError, match="speed scaling"):
         make_streamer().set_speed_scaling(bad)
+
+
+def test_a_simulated_arm_broadcasts_speed_scaling_where_the_ur_driver_would():
+    ur = "scaled_joint_trajectory_controller"
+    assert broadcast_topic("auto", ur) == UR_SPEED_SCALING_TOPIC
+    assert broadcast_topic("auto", "fr3_arm_controller") == ""
+    assert broadcast_topic("", ur) == ""  # turned off
+    assert broadcast_topic("/slider", "fr3_arm_controller") == "/slider"
