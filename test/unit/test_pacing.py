@@ -5,7 +5,33 @@ import math
 
 import pytest
 
-from vla_runtime.core.pacing import FAST_BATCH_STEPS, RtfMeter, StepGrid, WallPacer
+from vla_runtime.core.pacing import FAST_BATCH_STEPS, PhysicsLoop, RtfMeter, StepGrid, WallPacer
+
+DT = 0.001
+
+
+class _Sim:
+    """Counts steps; stops the loop after `until` of them."""
+
+    def __init__(self, until: int):
+        self.steps, self.until, self.published, self.loop = 0, until, [], None
+
+    def step(self, n: int) -> None:
+        self.steps += n
+
+    def time(self) -> float:
+        return self.steps * DT
+
+    def publish(self, *due) -> None:
+        self.published.append((self.steps, due))
+        if self.steps >= self.until:
+            self.loop.stop()
+
+
+def _loop(sim, rtf=1.0, lockstep=False, **clock) -> PhysicsLoop:
+    grid = StepGrid({"clock": 500.0, "state": 250.0}, 1000)
+    sim.loop = PhysicsLoop(grid, DT, rtf, lockstep, sim.step, sim.time, sim.publish, print, **clock)
+    return sim.loop
 
 
 def test_streams_publish_on_the_step_grid():
@@ -53,3 +79,21 @@ def test_achieved_factor_per_window_and_a_lag_warning_every_30_s():
     assert not meter.update(106.0, 4.0) and meter.achieved == 1.0
     assert meter.update(140.0, 5.0)  # lagging again, 38 s after the warning
     assert not RtfMeter(rtf=0.0, wall0=0.0, sim0=0.0).update(50.0, 1.0)  # nothing asked
+
+
+def test_a_lockstep_batch_publishes_on_the_grid_and_ends_with_every_stream():
+    sim = _Sim(until=5)
+    loop = _loop(sim, lockstep=True)
+    loop.request(5)
+    loop.run()
+    # steps 2 and 4 on the grid, then step 5: the batch's end, both streams
+    assert sim.published == [(2, (True, False)), (4, (True, True)), (5, (True, True))]
+    assert loop.steps == 5
+
+
+def test_free_running_follows_wall_time():
+    wall = [0.0]
+    sim = _Sim(until=100)
+    loop = _loop(sim, clock=lambda: wall[0], sleep=lambda s: wall.__setitem__(0, wall[0] + s))
+    loop.run()  # physics only advances as the (fake) wall clock does
+    assert sim.steps == 100 and wall[0] == pytest.approx(0.1)

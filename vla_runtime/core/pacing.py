@@ -1,5 +1,7 @@
-"""Pacing a fixed-step simulation against wall time, pure logic (no ROS, no MuJoCo).
+"""Pacing a fixed-step simulation against wall time (no ROS, no MuJoCo).
 
+- `PhysicsLoop`: the physics thread's loop, lock-step (advancing only the steps asked for) or
+  free-running, publishing each stream on its step.
 - `StepGrid`: streams published every so many physics steps (clock, joint states, scene
   state), so every stamp sits exactly on the sim-time grid.
 - `WallPacer`: how many steps are due to keep sim time at wall time x the real-time factor.
@@ -10,6 +12,9 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections.abc import Callable
 
 # When physics falls this far behind wall time x RTF (a loaded machine), it stops trying to
 # catch up and rebases, so it never bursts through seconds of backlog.
@@ -88,3 +93,87 @@ class RtfMeter:
             self._warned_at = now
             return True
         return False
+
+
+class PhysicsLoop:
+    """Runs a fixed-step simulation in the calling thread (`run`) until `stop`: lock-step,
+    advancing only the steps asked for (`request`), or free-running at wall time x rtf. After
+    each step on a stream's grid it calls `publish(*grid.due(steps))`; a lock-step batch ends
+    with the streams not just published, so all of them show its final time."""
+
+    def __init__(
+        self,
+        grid: StepGrid,
+        dt: float,
+        rtf: float,
+        lockstep: bool,
+        step: Callable[[int], None],
+        sim_time: Callable[[], float],
+        publish: Callable[..., None],
+        warn: Callable[[str], None],
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.grid, self.dt, self.rtf, self.lockstep = grid, dt, rtf, lockstep
+        self._step, self._sim_time, self._publish, self._warn = step, sim_time, publish, warn
+        self._clock, self._sleep = clock, sleep
+        self._wake = threading.Condition()
+        self._pending = 0
+        self.running = True
+        self.steps = 0
+        self.achieved_rtf = math.nan
+
+    def run(self) -> None:
+        if self.lockstep:
+            self._lockstep_loop()
+        else:
+            self._free_loop()
+
+    def request(self, n: int) -> None:
+        """Lock-step: advance `n` more steps."""
+        with self._wake:
+            self._pending += n
+            self._wake.notify()
+
+    def stop(self) -> None:
+        with self._wake:
+            self.running = False
+            self._wake.notify_all()
+
+    def _lockstep_loop(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._pending > 0 or not self.running)
+                if not self.running:
+                    return
+                n, self._pending = self._pending, 0
+            self._advance(n)
+            self._publish(*(not due for due in self.grid.due(self.steps)))
+
+    def _free_loop(self) -> None:
+        now, t = self._clock(), self._sim_time()
+        pacer, meter = WallPacer(self.dt, self.rtf, now, t), RtfMeter(self.rtf, now, t)
+        while self.running:
+            now = self._clock()
+            due = pacer.due(now, self._sim_time())
+            if due == 0:
+                self._sleep(pacer.idle_s)
+                continue
+            self._advance(due)
+            lagging = meter.update(now, self._sim_time())
+            self.achieved_rtf = meter.achieved
+            if lagging:
+                self._warn(
+                    f"physics runs at {self.achieved_rtf:.2f}x real time "
+                    f"(asked {self.rtf:g}x): the machine is too loaded"
+                )
+
+    def _advance(self, n: int) -> None:
+        while n > 0 and self.running:
+            k = min(n, self.grid.steps_to_next(self.steps))
+            self._step(k)
+            self.steps += k
+            n -= k
+            due = self.grid.due(self.steps)
+            if any(due):
+                self._publish(*due)

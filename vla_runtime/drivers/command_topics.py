@@ -6,6 +6,8 @@ JointTrajectoryController topic and a forward position `commands` topic feeding 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from std_msgs.msg import Float64MultiArray, String
@@ -13,23 +15,24 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import RobotConfig
+from vla_runtime.core.streaming_command import Reconnector
 from vla_runtime.ros.messages import trajectory_arguments
 from vla_runtime.ros.parameters import param
+
+
+def _controller_param(what: str, key: str):
+    return param(f"{what}; empty = the robot's ({key} in config/robots/<robot>.yaml)", "")
 
 
 @dataclass(frozen=True)
 class ArmControllerParams:
     """The controllers whose command topics an arm driver offers."""
 
-    trajectory_controller: str = param(
-        "JointTrajectoryController: /<name>/joint_trajectory; empty = the robot's "
-        "(controllers.trajectory in config/robots/<robot>.yaml)",
-        "",
+    trajectory_controller: str = _controller_param(
+        "JointTrajectoryController: /<name>/joint_trajectory", "controllers.trajectory"
     )
-    forward_controller: str = param(
-        "forward position controller: /<name>/commands; empty = the robot's "
-        "(controllers.forward_position in config/robots/<robot>.yaml)",
-        "",
+    forward_controller: str = _controller_param(
+        "forward position controller: /<name>/commands", "controllers.forward_position"
     )
 
     def command_topics(self, robot: RobotConfig) -> dict[str, str]:
@@ -45,10 +48,8 @@ class ArmControllerParams:
 class ArmGripperControllerParams(ArmControllerParams):
     """The controllers of an arm driver that also drives a gripper (commanded in width, m)."""
 
-    gripper_controller: str = param(
-        "gripper controller: /<name>/commands (width in m); empty = the robot's "
-        "(controllers.gripper in config/robots/<robot>.yaml)",
-        "",
+    gripper_controller: str = _controller_param(
+        "gripper controller: /<name>/commands (width in m)", "controllers.gripper"
     )
 
     def command_topics(self, robot: RobotConfig) -> dict[str, str]:
@@ -93,3 +94,20 @@ class CommandTopics:
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
+
+    def _hold(self, q) -> None:
+        """Hold at the measured `q`: never resume towards a target set before a stop or loss."""
+        with self._lock:
+            self.command.hold(q)
+
+    def _reconnect_holding(self, reconnector: Reconnector, connect: Callable, measured: Callable):
+        """One attempt to `connect()` again; once connected, hold at the `measured()` position."""
+        try:
+            connect()
+        except Exception as exc:
+            reconnector.lost(time.monotonic())
+            self._event("reconnect_failed", reason=str(exc), state=reconnector.state)
+            return
+        self._hold(measured())
+        reconnector.connected()
+        self._event("reconnected")

@@ -105,7 +105,7 @@ class FrankyDriverNode(CommandTopics, Node):
         self._gripper = None
         self._reconnect = Reconnector()
         self._connect()
-        q0 = np.asarray(self._robot.current_joint_positions, dtype=float)
+        q0 = self._measured()
         finger = robot.gripper_joints[0] if robot.gripper_joints else None
         self.command = ArmCommand(
             robot.joints, robot.position_min, robot.position_max, q0, finger,
@@ -188,7 +188,7 @@ class FrankyDriverNode(CommandTopics, Node):
         robot = self._robot
         if robot is None:
             if self._reconnect.should_try(time.monotonic()):
-                self._try_reconnect()
+                self._reconnect_holding(self._reconnect, self._connect, self._measured)
             return None
         state = robot.current_joint_state
         q, dq = np.asarray(state.position), np.asarray(state.velocity)
@@ -225,26 +225,15 @@ class FrankyDriverNode(CommandTopics, Node):
         self._event("libfranka_error", kind=kind, reason=str(exc))
         try:
             self._robot.recover_from_errors()
-            q = np.asarray(self._robot.current_joint_positions, dtype=float)
-            with self._lock:
-                self.command.hold(q)
+            self._hold(self._measured())
             self._event("recovered")
         except Exception as again:  # the connection itself is gone: reconnect with back-off
             self.get_logger().error(f"recovery failed ({again}); reconnecting")
             self._robot = None
             self._reconnect.lost(time.monotonic())
 
-    def _try_reconnect(self) -> None:
-        try:
-            self._connect()
-        except Exception as exc:
-            self._reconnect.lost(time.monotonic())
-            self._event("reconnect_failed", reason=str(exc), state=self._reconnect.state)
-            return
-        q = np.asarray(self._robot.current_joint_positions, dtype=float)
-        with self._lock:
-            self.command.hold(q)
-        self._event("reconnected")
+    def _measured(self) -> np.ndarray:
+        return np.asarray(self._robot.current_joint_positions, dtype=float)
 
     def _publish_state(self, now: float, q: np.ndarray, dq: np.ndarray) -> None:
         msg = JointState(name=self.joint_names)

@@ -78,7 +78,7 @@ class URRtdeDriverNode(CommandTopics, Node):
         self.robot_config = robot
         self._receive = rtde_receive.RTDEReceiveInterface(self.robot_ip)
         self._control = rtde_control.RTDEControlInterface(self.robot_ip, self.servo.rate_hz)
-        q0 = np.array(self._receive.getActualQ(), dtype=float)
+        q0 = self._measured()
         self._lock = threading.Lock()
         self.command = ArmCommand(robot.joints, robot.position_min, robot.position_max, q0)
         self.stops = StopMonitor()
@@ -125,8 +125,7 @@ class URRtdeDriverNode(CommandTopics, Node):
 
     def _on_stop_change(self, change: tuple[str, str], q: np.ndarray) -> None:
         what, reason = change
-        with self._lock:
-            self.command.hold(q)  # never resume towards a target set before the stop
+        self._hold(q)
         if what == "stopped":
             self._control.servoStop()
             self.get_logger().error(f"robot {reason}: servoing stopped, holding")
@@ -138,18 +137,14 @@ class URRtdeDriverNode(CommandTopics, Node):
     def _try_reconnect(self) -> None:
         if self.reconnect.state == "failed" or not self.reconnect.should_try(time.monotonic()):
             return
-        try:
-            self._receive.reconnect()
-            self._control.reconnect()
-        except Exception as exc:
-            self.reconnect.lost(time.monotonic())
-            self._event("reconnect_failed", reason=str(exc), state=self.reconnect.state)
-            return
-        q = np.array(self._receive.getActualQ(), dtype=float)
-        with self._lock:
-            self.command.hold(q)
-        self.reconnect.connected()
-        self._event("reconnected")
+        self._reconnect_holding(self.reconnect, self._reconnect_rtde, self._measured)
+
+    def _reconnect_rtde(self) -> None:
+        self._receive.reconnect()
+        self._control.reconnect()
+
+    def _measured(self) -> np.ndarray:
+        return np.array(self._receive.getActualQ(), dtype=float)
 
     def _publish_state(self, q: np.ndarray) -> None:
         msg = JointState(name=list(self.robot_config.joints))

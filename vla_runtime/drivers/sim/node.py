@@ -1,14 +1,14 @@
 """Simulated arm driver: MuJoCo physics at 1 kHz behind ros2_control-style topics.
 
-Physics runs in its own thread, paced to wall time x real_time_factor (or as fast as possible, or
-lock-step on /sim/step requests). The driver is the clock source: it publishes /clock and stamps
-everything with sim time, so it never uses sim time itself. Cameras render in their own
-processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
+Physics runs in its own thread, paced to wall time x real_time_factor (or as fast as possible,
+or lock-step on /sim/step requests; core/pacing.py). The driver is the clock source: it
+publishes /clock and stamps everything with sim time, so it never uses sim time itself. Cameras
+render in their own processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
 
 Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling
-(std_msgs/Float64 in percent on `speed_scaling_topic`, by default
-/speed_scaling_state_broadcaster/speed_scaling for robots driven through
-scaled_joint_trajectory_controller, with every joint state): 100 x the `speed_scaling` parameter
+(std_msgs/Float64 in percent on `speed_scaling_topic`, with every joint state; its default
+"auto" is /speed_scaling_state_broadcaster/speed_scaling for robots driven through
+scaled_joint_trajectory_controller, none for others): 100 x the `speed_scaling` parameter
 (a fraction, 1.0 by default, settable at run time to play the pendant's slider). The simulated
 arm itself is not slowed: it follows whatever it is commanded.
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from dataclasses import dataclass
 
 from rcl_interfaces.msg import SetParametersResult
@@ -37,7 +36,7 @@ from std_msgs.msg import Empty, Float64, Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.core.pacing import RtfMeter, StepGrid, WallPacer
+from vla_runtime.core.pacing import PhysicsLoop, StepGrid
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import broadcast_topic
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams
@@ -49,6 +48,7 @@ from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import SceneConfig
 
 BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+STREAM_RATES = ("clock_rate_hz", "state_rate_hz", "scene_state_rate_hz")  # _publish's order
 # Parameters a running simulation cannot take (seed and speed_scaling can be set at run time).
 FIXED_AT_START = ("robot", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic")
 
@@ -91,12 +91,11 @@ class SimDriverNode(Node):
 
         self.sim = Simulator(SceneConfig(params.robot, n_cubes=params.n_cubes, seed=params.seed))
         self._lock = threading.Lock()
-        rates = {
-            name: getattr(params, name)
-            for name in ("clock_rate_hz", "state_rate_hz", "scene_state_rate_hz")
-        }
-        self._grid = StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt))
-        self._steps = 0
+        rates = {name: getattr(params, name) for name in STREAM_RATES}
+        self._physics = PhysicsLoop(
+            StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, self.rtf,
+            self.lockstep, self._step, self._sim_time, self._publish, self.get_logger().warning,
+        )  # fmt: skip
 
         self._clock_pub = self.create_publisher(Clock, topics.CLOCK, 10)
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
@@ -124,10 +123,6 @@ class SimDriverNode(Node):
         self.create_subscription(Empty, topics.DRIVER_RECOVER, self._on_recover, 10)
         self.add_on_set_parameters_callback(self._on_parameters)
 
-        self._pending_steps = 0
-        self._wake = threading.Condition(self._lock)
-        self._running = True
-        self.achieved_rtf = float("nan")
         self._publish_xml()
         self._publish_all()
         # Commands are taken by the executor thread while physics holds the GIL for its steps:
@@ -145,10 +140,7 @@ class SimDriverNode(Node):
     # -- physics thread ----------------------------------------------------------------------
     def _physics_loop(self) -> None:
         try:
-            if self.lockstep:
-                self._lockstep_loop()
-            else:
-                self._free_loop()
+            self._physics.run()
         except Exception as exc:
             if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down under a publish
                 return
@@ -158,53 +150,18 @@ class SimDriverNode(Node):
 
     def _check_physics(self) -> None:
         # Raising here ends the node with a non-zero exit, so the launcher reports the failure.
-        if self._running and not self._thread.is_alive():
+        if self._physics.running and not self._thread.is_alive():
             raise RuntimeError("the physics thread died; see the log above")
 
-    def _lockstep_loop(self) -> None:
-        while True:
-            with self._wake:
-                self._wake.wait_for(lambda: self._pending_steps > 0 or not self._running)
-                if not self._running:
-                    return
-                n, self._pending_steps = self._pending_steps, 0
-            self._advance(n)
-            # Every batch ends with a clock, state and scene state at its final time.
-            self._publish(*(not due for due in self._grid.due(self._steps)))
+    def _step(self, n: int) -> None:
+        with self._lock:
+            self.sim.step(n)
 
-    def _free_loop(self) -> None:
-        now, t = time.perf_counter(), self.sim.time
-        pacer, meter = WallPacer(self.sim.dt, self.rtf, now, t), RtfMeter(self.rtf, now, t)
-        while self._running:
-            now = time.perf_counter()
-            # Under the lock: an episode reset rewinds the time to 0 while it rebuilds the
-            # scene, and a rebase on that would pause physics for the whole sim time so far.
-            with self._lock:
-                t = self.sim.time
-            due = pacer.due(now, t)
-            if due == 0:
-                time.sleep(pacer.idle_s)
-                continue
-            self._advance(due)
-            lagging = meter.update(now, self.sim.time)
-            self.achieved_rtf = meter.achieved
-            if lagging:
-                self.get_logger().warning(
-                    f"physics runs at {self.achieved_rtf:.2f}x real time "
-                    f"(asked {self.rtf:g}x): the machine is too loaded"
-                )
-
-    def _advance(self, n: int) -> None:
-        """Step n physics steps, publishing on the sim-time grid of each stream."""
-        while n > 0 and self._running:
-            k = min(n, self._grid.steps_to_next(self._steps))
-            with self._lock:
-                self.sim.step(k)
-            self._steps += k
-            n -= k
-            due = self._grid.due(self._steps)
-            if any(due):
-                self._publish(*due)
+    def _sim_time(self) -> float:
+        # Under the lock: an episode reset rewinds the time to 0 while it rebuilds the scene,
+        # and pacing on that would pause physics for the whole sim time so far.
+        with self._lock:
+            return self.sim.time
 
     def _publish_all(self) -> None:
         self._publish(True, True, True)
@@ -303,18 +260,16 @@ class SimDriverNode(Node):
             # is lost when it goes out before the requester's subscriptions have matched.
             self._publish_all()
             return
-        with self._wake:
-            self._pending_steps += int(msg.data)
-            self._wake.notify()
+        self._physics.request(int(msg.data))
 
     def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
         for parameter in parameters:
-            reason = self._set_running(parameter)
+            reason = self._set_at_run_time(parameter)
             if reason is not None:
                 return SetParametersResult(successful=False, reason=reason)
         return SetParametersResult(successful=True)
 
-    def _set_running(self, parameter: Parameter) -> str | None:
+    def _set_at_run_time(self, parameter: Parameter) -> str | None:
         """Apply a parameter set at run time; why it is refused, or None."""
         if parameter.name == "seed":
             if parameter.type_ != Parameter.Type.INTEGER:
@@ -333,16 +288,14 @@ class SimDriverNode(Node):
 
     def close(self) -> None:
         """Stop the physics thread (the arm is left holding)."""
-        with self._wake:
-            self._running = False
-            self._wake.notify_all()
+        self._physics.stop()
         self._thread.join(timeout=5.0)
         with self._lock:
             self.sim.hold()
         # Printed, not logged: at shutdown the context (and with it /rosout) is already gone.
         print(
             f"[{self.get_name()}] stopped at sim time {self.sim.time:.3f} s "
-            f"(achieved RTF {self.achieved_rtf:.2f})",
+            f"(achieved RTF {self._physics.achieved_rtf:.2f})",
             file=sys.stderr,
         )
 

@@ -168,9 +168,9 @@ class TaskSimDriverNode(SimDriverNode):
         if start is None or not self._from_before_reset(start, "trajectory"):
             super()._on_trajectory(msg)
 
-    def _set_running(self, parameter: Parameter) -> str | None:
+    def _set_at_run_time(self, parameter: Parameter) -> str | None:
         if not self._task_ready or parameter.name not in ("episode_seed", "task"):
-            return super()._set_running(parameter)
+            return super()._set_at_run_time(parameter)
         if parameter.name == "task":
             return "task is fixed at start-up"
         if parameter.type_ != Parameter.Type.INTEGER:
