@@ -1,21 +1,32 @@
-"""Each node declares exactly the parameters of its params dataclass: one name, default, type
-and description per parameter, the defaults taken from the core configs they feed."""
+"""Each node and driver declares exactly the parameters of its params dataclass: one name,
+default, type and description per parameter, the defaults taken from the core configs they
+feed. The direct drivers run against stand-ins for their SDKs (franky, ur_rtde)."""
 
 import math
+import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 import rclpy
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
+from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.gate import GateConfig
 from vla_runtime.core.streaming.config import StreamerConfig
+from vla_runtime.drivers.franka_gripper_bridge import FrankaGripperBridge, FrankaGripperParams
+from vla_runtime.drivers.franky_driver import FrankyDriverNode, FrankyDriverParams
+from vla_runtime.drivers.sim.node import SimDriverNode, SimDriverParams
+from vla_runtime.drivers.sim.task_driver import TaskDriverParams, TaskSimDriverNode
+from vla_runtime.drivers.ur_rtde_driver import URDriverParams, URRtdeDriverNode
 from vla_runtime.nodes.camera import CameraNode, CameraParams
 from vla_runtime.nodes.engine import EngineNode, EngineParams
 from vla_runtime.nodes.safety import SafetyNode, SafetyParams
 from vla_runtime.nodes.scheduler import SchedulerNode, SchedulerParams
 from vla_runtime.nodes.streamer import StreamerNode, StreamerParams
 from vla_runtime.ros.parameters import defaults
+from vla_runtime.testing.fault_injector import FaultInjectorNode, FaultInjectorParams
 
 ROS_OWN = {"use_sim_time", "start_type_description_service"}  # every rclpy node has these
 NODES = [
@@ -24,7 +35,15 @@ NODES = [
     (EngineNode, EngineParams),
     (CameraNode, CameraParams),
     (SchedulerNode, SchedulerParams),
+    (SimDriverNode, SimDriverParams),
+    (TaskSimDriverNode, TaskDriverParams),
+    (FrankyDriverNode, FrankyDriverParams),
+    (URRtdeDriverNode, URDriverParams),
+    (FrankaGripperBridge, FrankaGripperParams),
+    (FaultInjectorNode, FaultInjectorParams),
 ]
+ROBOT_IP = "192.0.2.1"  # the direct drivers need one; their SDK stand-ins never connect
+GIVEN = {FrankyDriverNode: {"robot_ip": ROBOT_IP}, URRtdeDriverNode: {"robot_ip": ROBOT_IP}}
 
 
 @pytest.fixture
@@ -34,8 +53,84 @@ def ros():
     rclpy.shutdown()
 
 
+class _FrankyRobot:
+    """franky.Robot at rest at the FR3's home pose."""
+
+    has_errors = False
+    relative_dynamics_factor = 1.0
+
+    def __init__(self, *_args, **_kwargs):
+        home = list(load_robot("fr3").home)
+        self.current_joint_positions = home
+        self.current_joint_state = SimpleNamespace(position=home, velocity=[0.0] * len(home))
+
+    def move(self, *_args, **_kwargs):
+        pass
+
+    recover_from_errors = stop = join_motion = move
+
+
+class _FrankyGripper:
+    width = 0.08
+
+    def __init__(self, *_args):
+        pass
+
+    def move(self, *_args, **_kwargs):
+        return True
+
+    grasp = move
+
+
+class _RtdeInterface:
+    """ur_rtde's RTDEReceiveInterface and RTDEControlInterface in one, a UR5e at home."""
+
+    def __init__(self, *_args):
+        self._q = list(load_robot("ur5e").home)
+
+    def getActualQ(self):  # noqa: N802 (ur_rtde's names)
+        return self._q
+
+    def getActualQd(self):  # noqa: N802
+        return [0.0] * len(self._q)
+
+    def getSafetyStatusBits(self):  # noqa: N802
+        return 1  # normal mode
+
+    def getSpeedScaling(self):  # noqa: N802
+        return 1.0
+
+    getTargetSpeedFraction = getSpeedScaling  # noqa: N815
+
+    def initPeriod(self):  # noqa: N802
+        return 0.0
+
+    def waitPeriod(self, _start):  # noqa: N802
+        time.sleep(0.002)
+
+    def servoJ(self, *_args):  # noqa: N802
+        pass
+
+    servoStop = stopScript = reuploadScript = reconnect = servoJ  # noqa: N815
+
+
+@pytest.fixture(autouse=True)
+def sdk_stand_ins(monkeypatch):
+    franky = SimpleNamespace(
+        Robot=_FrankyRobot, Gripper=_FrankyGripper, JointMotion=lambda *a, **k: None,
+        JointState=lambda *a: None, RealtimeConfig=SimpleNamespace(Enforce=1, Ignore=0),
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "franky", franky)
+    monkeypatch.setitem(sys.modules, "rtde_control", SimpleNamespace(
+        RTDEControlInterface=_RtdeInterface))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "rtde_receive", SimpleNamespace(
+        RTDEReceiveInterface=_RtdeInterface))  # fmt: skip
+
+
 def _make(node_cls):
-    return node_cls()
+    given = GIVEN.get(node_cls, {})
+    overrides = [Parameter(name, value=value) for name, value in given.items()]
+    return node_cls(parameter_overrides=overrides) if overrides else node_cls()
 
 
 def _value(node, name):
@@ -56,7 +151,7 @@ def test_declared_parameters_are_the_params_dataclass(ros, node_cls, params_cls)
     node = _make(node_cls)
     try:
         declared = {name: _value(node, name) for name in node._parameters if name not in ROS_OWN}
-        expected = defaults(params_cls)
+        expected = {**defaults(params_cls), **GIVEN.get(node_cls, {})}
         assert set(declared) == set(expected)
         for name, default in expected.items():
             value = declared[name]
@@ -103,3 +198,23 @@ def test_core_configs_are_built_from_the_parameters(ros):
         assert streamer.config.max_future_s == StreamerConfig.max_future_s  # not a parameter
     finally:
         _close(streamer)
+
+
+def test_robot_dependent_defaults_are_the_robots_unless_given(ros):
+    ur5e = load_robot("ur5e")
+    assert URDriverParams().command_topics(ur5e) == {
+        "trajectory": "/scaled_joint_trajectory_controller/joint_trajectory",
+        "forward": "/forward_position_controller/commands",
+    }
+    given = SimDriverParams(gripper_controller="hand").command_topics(ur5e)
+    assert given["gripper"] == "/hand/commands"
+    assert given["forward"] == "/forward_position_controller/commands"
+    bridge = FrankaGripperBridge(parameter_overrides=[Parameter("open_above", value=0.05)])
+    try:
+        config = bridge.intent.config
+        assert bridge.command_topic == "/fr3_gripper/commands"
+        assert config.close_below == pytest.approx(0.4 * 0.08)  # of the FR3's 0.08 m
+        assert config.open_above == 0.05
+        assert config.open_width == config.epsilon_outer == 0.08
+    finally:
+        _close(bridge)

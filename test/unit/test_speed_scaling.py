@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from vla_runtime.core.interpolation import Limits
-from vla_runtime.core.speed_scaling import PlanClock, SpeedScalingInput, speed_fraction
+from vla_runtime.core.speed_scaling import (
+    UR_SPEED_SCALING_TOPIC,
+    PlanClock,
+    SpeedScalingInput,
+    broadcast_topic,
+    speed_fraction,
+)
 from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.core.streaming.metrics import streamer_metrics
 from vla_runtime.core.streaming.streamer import ActionStreamer
@@ -224,3 +230,11 @@ def test_speed_scaling_input_keeps_the_last_valid_reading_and_notes_pauses():
     assert from_topic.read(120.0, now=5.0)[::2] == (1.0, "speed scaling 100%: plan resumed")
     with pytest.raises(ValueError, match="speed_scaling_unit"):
         SpeedScalingInput("permille")
+
+
+def test_a_simulated_arm_broadcasts_speed_scaling_where_the_ur_driver_would():
+    ur = "scaled_joint_trajectory_controller"
+    assert broadcast_topic("auto", ur) == UR_SPEED_SCALING_TOPIC
+    assert broadcast_topic("auto", "fr3_arm_controller") == ""
+    assert broadcast_topic("", ur) == ""  # turned off
+    assert broadcast_topic("/slider", "fr3_arm_controller") == "/slider"

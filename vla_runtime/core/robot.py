@@ -34,6 +34,11 @@ class RobotConfig:
     def dof(self) -> int:
         return len(self.joints)
 
+    def controller(self, key: str, name: str = "") -> str:
+        """The controller of `key` in `controllers:` (trajectory, forward_position, gripper):
+        `name` where a driver's parameter gives one, else this robot's."""
+        return name or self.controllers[key]
+
 
 def _floats(values, what: str, n: int) -> tuple[float, ...]:
     out = tuple(float(v) for v in values)

@@ -17,9 +17,19 @@ import bisect
 import math
 
 UR_SPEED_SCALING_TOPIC = "/speed_scaling_state_broadcaster/speed_scaling"
+UR_SCALED_CONTROLLER = "scaled_joint_trajectory_controller"
 # Divisor that turns a reading into a fraction: UR's broadcaster publishes percent.
 UNITS = {"percent": 100.0, "fraction": 1.0}
 _TOLERANCE = 1e-9  # rounding slack at the ends of [0, 1], clamped without a warning
+
+
+def broadcast_topic(setting: str, trajectory_controller: str) -> str:
+    """Where a simulated arm publishes its speed scaling: `setting`, where that is "auto" UR's
+    broadcaster topic for an arm driven through scaled_joint_trajectory_controller (UR's driver
+    always runs the broadcaster next to it) and none ("") for any other arm."""
+    if setting != "auto":
+        return setting
+    return UR_SPEED_SCALING_TOPIC if trajectory_controller == UR_SCALED_CONTROLLER else ""
 
 
 def speed_fraction(reading: float, unit: str = "percent") -> tuple[float | None, str | None]:

@@ -1,44 +1,79 @@
-"""The ros2_control-style command topics of the direct drivers (franky, ur_rtde): a
+"""The ros2_control-style command topics of the arm drivers: the controller parameters that
+name them (empty = the robot's), and for the direct drivers (franky, ur_rtde) a
 JointTrajectoryController topic and a forward position `commands` topic feeding one
 `ArmCommand`, rejections logged and published on /vla/driver/events (the arm holds)."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.core.robot import RobotConfig
+from vla_runtime.core.streaming_command import Reconnector
+from vla_runtime.ros.messages import trajectory_arguments
+from vla_runtime.ros.parameters import param
+
+
+def _controller_param(what: str, key: str):
+    return param(f"{what}; empty = the robot's ({key} in config/robots/<robot>.yaml)", "")
+
+
+@dataclass(frozen=True)
+class ArmControllerParams:
+    """The controllers whose command topics an arm driver offers."""
+
+    trajectory_controller: str = _controller_param(
+        "JointTrajectoryController: /<name>/joint_trajectory", "controllers.trajectory"
+    )
+    forward_controller: str = _controller_param(
+        "forward position controller: /<name>/commands", "controllers.forward_position"
+    )
+
+    def command_topics(self, robot: RobotConfig) -> dict[str, str]:
+        trajectory = robot.controller("trajectory", self.trajectory_controller)
+        forward = robot.controller("forward_position", self.forward_controller)
+        return {
+            "trajectory": topics.trajectory_command(trajectory),
+            "forward": topics.forward_command(forward),
+        }
+
+
+@dataclass(frozen=True)
+class ArmGripperControllerParams(ArmControllerParams):
+    """The controllers of an arm driver that also drives a gripper (commanded in width, m)."""
+
+    gripper_controller: str = _controller_param(
+        "gripper controller: /<name>/commands (width in m)", "controllers.gripper"
+    )
+
+    def command_topics(self, robot: RobotConfig) -> dict[str, str]:
+        gripper = robot.controller("gripper", self.gripper_controller)
+        return {**super().command_topics(robot), "gripper": topics.forward_command(gripper)}
 
 
 class CommandTopics:
-    """Mixin for an rclpy Node with `self.command` (ArmCommand), `self._lock` and `_now()`."""
+    """Mixin for an rclpy Node with `self.command` (ArmCommand) and `self._lock`; commands are
+    timed on the node's clock (`_now()`)."""
 
-    def _subscribe_commands(self, trajectory_controller: str, forward_controller: str) -> None:
+    def _subscribe_commands(self, command_topics: dict[str, str]) -> None:
+        """Subscribe the trajectory and forward topics of `command_topics` (more, such as the
+        gripper's, are the driver's own)."""
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
-        self._topics = {
-            "trajectory": topics.trajectory_command(trajectory_controller),
-            "forward": topics.forward_command(forward_controller),
-        }
+        self._topics = dict(command_topics)
         self.create_subscription(
             JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
         )
         self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
-        points = msg.points
         with self._lock:
-            reason = self.command.set_trajectory(
-                list(msg.joint_names),
-                [list(p.positions) for p in points],
-                [to_seconds(p.time_from_start) for p in points],
-                velocities=[list(p.velocities) for p in points],
-                accelerations=[list(p.accelerations) for p in points],
-                start_time=to_seconds(msg.header.stamp),
-                now=self._now(),
-            )
+            reason = self.command.set_trajectory(**trajectory_arguments(msg), now=self._now())
         self._report("trajectory", reason)
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
@@ -56,3 +91,23 @@ class CommandTopics:
     def _event(self, event: str, **fields) -> None:
         fields.update(event=event, stamp=self._now())
         self._event_pub.publish(String(data=json.dumps(fields)))
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _hold(self, q) -> None:
+        """Hold at the measured `q`: never resume towards a target set before a stop or loss."""
+        with self._lock:
+            self.command.hold(q)
+
+    def _reconnect_holding(self, reconnector: Reconnector, connect: Callable, measured: Callable):
+        """One attempt to `connect()` again; once connected, hold at the `measured()` position."""
+        try:
+            connect()
+        except Exception as exc:
+            reconnector.lost(time.monotonic())
+            self._event("reconnect_failed", reason=str(exc), state=reconnector.state)
+            return
+        self._hold(measured())
+        reconnector.connected()
+        self._event("reconnected")

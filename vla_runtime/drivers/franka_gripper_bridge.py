@@ -25,13 +25,16 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 
 from vla_runtime.core import topics
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
+from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
 try:  # franka_ros2's message package: a colcon workspace or distribution package, never pip
@@ -47,33 +50,43 @@ MISSING_FRANKA_MSGS = (
     "restart. Running on without the gripper."
 )
 SEND_PERIOD_S = 0.1  # re-check for a pending goal (after a result, or once a server appears)
+DOUBLE = Parameter.Type.DOUBLE
+
+
+@dataclass(frozen=True)
+class FrankaGripperParams:
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    command_topic: str = param("the gate's gripper widths; empty = /<the robot's gripper "
+                               "controller>/commands", "")  # fmt: skip
+    action_namespace: str = param("franka_gripper's: <namespace>/move, /grasp", "/franka_gripper")
+    close_below: float | None = param("m: grasp at or below; unset = 40 % of the robot's max "
+                                      "gripper width", None, DOUBLE)  # fmt: skip
+    open_above: float | None = param("m: open at or above; unset = 60 % of the robot's max "
+                                     "gripper width", None, DOUBLE)  # fmt: skip
+    open_width: float | None = param("m the Move opens to; unset = the robot's max gripper width",
+                                     None, DOUBLE)  # fmt: skip
+    speed: float = param("m/s of moves and grasps", GripperIntentConfig.speed)
+    force: float = param("N of a grasp", GripperIntentConfig.force)
+    epsilon_inner: float = param("m a grasp may end below its width",
+                                 GripperIntentConfig.epsilon_inner)  # fmt: skip
+    epsilon_outer: float | None = param("m a grasp may end above its width; unset = the robot's "
+                                        "max gripper width", None, DOUBLE)  # fmt: skip
+    goal_timeout_s: float = param("s until a goal without a result counts as lost",
+                                  GripperIntentConfig.goal_timeout_s)  # fmt: skip
 
 
 class FrankaGripperBridge(Node):
     def __init__(self, name: str = "franka_gripper_bridge", **kwargs):
         super().__init__(name, **kwargs)
-        declare = self.declare_parameter
-        robot = load_robot(str(declare("robot", "fr3").value))
+        params = declare(self, FrankaGripperParams)
+        robot = load_robot(params.robot)
         if "gripper" not in robot.controllers or not robot.gripper_max_width:
             raise ValueError(f"robot {robot.name} has no gripper")
-        self.command_topic = str(
-            declare("command_topic", topics.forward_command(robot.controllers["gripper"])).value
-        )
-        self.namespace = "/" + str(declare("action_namespace", "/franka_gripper").value).strip("/")
-        w = robot.gripper_max_width
-        self.intent = GripperIntent(
-            GripperIntentConfig(
-                max_width=w,
-                close_below=float(declare("close_below", 0.4 * w).value),
-                open_above=float(declare("open_above", 0.6 * w).value),
-                open_width=float(declare("open_width", w).value),
-                speed=float(declare("speed", 0.05).value),
-                force=float(declare("force", 20.0).value),
-                epsilon_inner=float(declare("epsilon_inner", 0.005).value),
-                epsilon_outer=float(declare("epsilon_outer", w).value),
-                goal_timeout_s=float(declare("goal_timeout_s", 5.0).value),
-            )
-        )
+        gripper_commands = topics.forward_command(robot.controller("gripper"))
+        self.command_topic = params.command_topic or gripper_commands
+        self.namespace = "/" + params.action_namespace.strip("/")
+        config = build(GripperIntentConfig, params, max_width=robot.gripper_max_width)
+        self.intent = GripperIntent(config)
         self.counts = {"move": 0, "grasp": 0, "failed": 0, "ignored": 0}
         self._warn = ThrottledLog(self.get_logger().warning, period_s=10.0)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)

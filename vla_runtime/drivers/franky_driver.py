@@ -19,6 +19,7 @@ import json
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -36,45 +37,52 @@ from vla_runtime.core.streaming_command import (
     Reconnector,
     classify_libfranka_error,
 )
-from vla_runtime.drivers.command_topics import CommandTopics
+from vla_runtime.drivers.command_topics import ArmGripperControllerParams, CommandTopics
+from vla_runtime.ros.messages import to_time
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.runtime import run_node
 
 GRIPPER_POLL_S = 0.1
-# parameter prefix -> key of `controllers:` in config/robots/<robot>.yaml
-CONTROLLER_KEYS = (
-    ("trajectory", "trajectory"),
-    ("forward", "forward_position"),
-    ("gripper", "gripper"),
-)
+REALTIME_CONFIGS = ("enforce", "ignore")
 
 
 def _milliseconds(summary: dict) -> dict:
     return {k: None if v is None else v * 1e3 for k, v in summary.items() if k != "n"}
 
 
+@dataclass(frozen=True)
+class FrankyDriverParams(ArmGripperControllerParams):
+    robot_ip: str = param("FCI address of the arm (or franky-sim's); required", "")
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    # Every new target is a libfranka Move command (a TCP round trip and a re-plan), so
+    # targets go out at stream_rate_hz while the state is read and published faster.
+    stream_rate_hz: float = param("Hz of targets handed to libfranka (1 to state_rate_hz)", 50.0)
+    state_rate_hz: float = param(f"Hz of reading the state, published on {topics.JOINT_STATES} "
+                                 "(up to 1000)", 250.0)  # fmt: skip
+    lookahead_s: float = param("s ahead of now that each target is sampled", 0.1)
+    relative_dynamics_factor: float = param(
+        "franky's scale of the velocity, acceleration and jerk limits, in (0, 1]", 1.0
+    )
+    realtime_config: str = param(f"libfranka real-time mode, one of {REALTIME_CONFIGS}: enforce "
+                                 "needs a real-time kernel", "enforce")  # fmt: skip
+    gripper: bool = param("drive the Franka Hand", True)
+    gripper_speed: float = param("m/s of the gripper's moves and grasps", 0.05)
+    gripper_force: float = param("N of a grasp", 20.0)
+
+
 class FrankyDriverNode(CommandTopics, Node):
-    def __init__(self, name: str = "franky_driver"):
-        super().__init__(name)
-        declare = self.declare_parameter
-        self.robot_ip = str(declare("robot_ip", "").value)
-        robot = load_robot(str(declare("robot", "fr3").value))
-        # Every new target is a libfranka Move command (a TCP round trip and a re-plan), so
-        # targets go out at stream_rate_hz while the state is read and published faster.
-        self.stream_rate = float(declare("stream_rate_hz", 50.0).value)
-        self.state_rate = float(declare("state_rate_hz", 250.0).value)
-        self.lookahead = float(declare("lookahead_s", 0.1).value)
-        self.dynamics_factor = float(declare("relative_dynamics_factor", 1.0).value)
-        self.realtime = str(declare("realtime_config", "enforce").value)
-        self.use_gripper = bool(declare("gripper", True).value)
-        self.gripper_speed = float(declare("gripper_speed", 0.05).value)
-        self.gripper_force = float(declare("gripper_force", 20.0).value)
-        controllers = {
-            key: str(declare(f"{key}_controller", robot.controllers[yaml_key]).value)
-            for key, yaml_key in CONTROLLER_KEYS
-        }
+    def __init__(self, name: str = "franky_driver", **kwargs):
+        super().__init__(name, **kwargs)
+        params = declare(self, FrankyDriverParams)
+        robot = load_robot(params.robot)
+        self.robot_ip, self.realtime = params.robot_ip, params.realtime_config
+        self.stream_rate, self.state_rate = params.stream_rate_hz, params.state_rate_hz
+        self.lookahead, self.dynamics_factor = params.lookahead_s, params.relative_dynamics_factor
+        self.use_gripper = params.gripper
+        self.gripper_speed, self.gripper_force = params.gripper_speed, params.gripper_force
         if not self.robot_ip:
             raise ValueError("robot_ip is required (the FCI address, or franky-sim's)")
-        if self.realtime not in ("enforce", "ignore"):
+        if self.realtime not in REALTIME_CONFIGS:
             raise ValueError(f"realtime_config must be enforce or ignore, got {self.realtime!r}")
         if not 0.0 < self.dynamics_factor <= 1.0:
             raise ValueError(
@@ -97,7 +105,7 @@ class FrankyDriverNode(CommandTopics, Node):
         self._gripper = None
         self._reconnect = Reconnector()
         self._connect()
-        q0 = np.asarray(self._robot.current_joint_positions, dtype=float)
+        q0 = self._measured()
         finger = robot.gripper_joints[0] if robot.gripper_joints else None
         self.command = ArmCommand(
             robot.joints, robot.position_min, robot.position_max, q0, finger,
@@ -114,8 +122,7 @@ class FrankyDriverNode(CommandTopics, Node):
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.DRIVER_STATS, 10)
-        self._subscribe_commands(controllers["trajectory"], controllers["forward"])
-        self._topics["gripper"] = topics.forward_command(controllers["gripper"])
+        self._subscribe_commands(params.command_topics(robot))
         self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
         self.create_timer(1.0, self._publish_stats)
 
@@ -149,9 +156,6 @@ class FrankyDriverNode(CommandTopics, Node):
             self._gripper = franky.Gripper(self.robot_ip)
         self._reconnect.connected()
 
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
-
     # -- streaming thread --------------------------------------------------------------------
     def _stream_loop(self) -> None:
         period = 1.0 / self.state_rate
@@ -184,7 +188,7 @@ class FrankyDriverNode(CommandTopics, Node):
         robot = self._robot
         if robot is None:
             if self._reconnect.should_try(time.monotonic()):
-                self._try_reconnect()
+                self._reconnect_holding(self._reconnect, self._connect, self._measured)
             return None
         state = robot.current_joint_state
         q, dq = np.asarray(state.position), np.asarray(state.velocity)
@@ -221,31 +225,19 @@ class FrankyDriverNode(CommandTopics, Node):
         self._event("libfranka_error", kind=kind, reason=str(exc))
         try:
             self._robot.recover_from_errors()
-            q = np.asarray(self._robot.current_joint_positions, dtype=float)
-            with self._lock:
-                self.command.hold(q)
+            self._hold(self._measured())
             self._event("recovered")
         except Exception as again:  # the connection itself is gone: reconnect with back-off
             self.get_logger().error(f"recovery failed ({again}); reconnecting")
             self._robot = None
             self._reconnect.lost(time.monotonic())
 
-    def _try_reconnect(self) -> None:
-        try:
-            self._connect()
-        except Exception as exc:
-            self._reconnect.lost(time.monotonic())
-            self._event("reconnect_failed", reason=str(exc), state=self._reconnect.state)
-            return
-        q = np.asarray(self._robot.current_joint_positions, dtype=float)
-        with self._lock:
-            self.command.hold(q)
-        self._event("reconnected")
+    def _measured(self) -> np.ndarray:
+        return np.asarray(self._robot.current_joint_positions, dtype=float)
 
     def _publish_state(self, now: float, q: np.ndarray, dq: np.ndarray) -> None:
         msg = JointState(name=self.joint_names)
-        sec, nanosec = divmod(round(now * 1e9), 1_000_000_000)
-        msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+        msg.header.stamp = to_time(now)
         fingers = [self._width / 2] * len(self.robot_config.gripper_joints)
         msg.position = [*q.tolist(), *fingers]
         msg.velocity = [*dq.tolist(), *([0.0] * len(fingers))]

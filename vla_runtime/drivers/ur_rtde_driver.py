@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from rclpy.node import Node
@@ -31,28 +32,37 @@ from std_msgs.msg import Float64
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.core.streaming_command import ArmCommand, Reconnector
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
-from vla_runtime.drivers.command_topics import CommandTopics
+from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopics
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.runtime import run_node
 
-SPEED_SCALING = "/speed_scaling_state_broadcaster/speed_scaling"
+
+@dataclass(frozen=True)
+class URDriverParams(ArmControllerParams):
+    robot_ip: str = param("the UR controller's address; required", "")
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "ur5e")
+    control_rate_hz: float = param(
+        "servoJ rate, Hz: 500 (e-Series) or 125 (CB3)", ServoParams.rate_hz
+    )
+    servo_lookahead_s: float = param(
+        "servoJ lookahead, s (0.03-0.2): larger is smoother and later", ServoParams.lookahead_s
+    )
+    servo_gain: float = param("servoJ gain (100-2000): larger is stiffer", ServoParams.gain)
+    state_rate_hz: float = param(f"{topics.JOINT_STATES} rate, Hz (up to control_rate_hz)", 250.0)
 
 
 class URRtdeDriverNode(CommandTopics, Node):
-    def __init__(self, name: str = "ur_driver"):
-        super().__init__(name)
-        declare = self.declare_parameter
-        self.robot_ip = str(declare("robot_ip", "").value)
-        robot = load_robot(str(declare("robot", "ur5e").value))
+    def __init__(self, name: str = "ur_driver", **kwargs):
+        super().__init__(name, **kwargs)
+        params = declare(self, URDriverParams)
+        self.robot_ip, state_rate = params.robot_ip, params.state_rate_hz
+        robot = load_robot(params.robot)
         self.servo = ServoParams(
-            rate_hz=float(declare("control_rate_hz", 500.0).value),
-            lookahead_s=float(declare("servo_lookahead_s", 0.1).value),
-            gain=float(declare("servo_gain", 300.0).value),
+            params.control_rate_hz, params.servo_lookahead_s, params.servo_gain
         ).validated()
-        state_rate = float(declare("state_rate_hz", 250.0).value)
-        trajectory = str(declare("trajectory_controller", robot.controllers["trajectory"]).value)
-        forward = str(declare("forward_controller", robot.controllers["forward_position"]).value)
         if not self.robot_ip:
             raise ValueError("robot_ip is required (the UR controller's address)")
         if not 0.0 < state_rate <= self.servo.rate_hz:
@@ -68,15 +78,15 @@ class URRtdeDriverNode(CommandTopics, Node):
         self.robot_config = robot
         self._receive = rtde_receive.RTDEReceiveInterface(self.robot_ip)
         self._control = rtde_control.RTDEControlInterface(self.robot_ip, self.servo.rate_hz)
-        q0 = np.array(self._receive.getActualQ(), dtype=float)
+        q0 = self._measured()
         self._lock = threading.Lock()
         self.command = ArmCommand(robot.joints, robot.position_min, robot.position_max, q0)
         self.stops = StopMonitor()
         self.reconnect = Reconnector()
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
-        self._scaling_pub = self.create_publisher(Float64, SPEED_SCALING, 10)
-        self._subscribe_commands(trajectory, forward)
+        self._scaling_pub = self.create_publisher(Float64, UR_SPEED_SCALING_TOPIC, 10)
+        self._subscribe_commands(params.command_topics(robot))
         self._running = True
         self._thread = threading.Thread(target=self._control_loop, name="servo", daemon=True)
         self._thread.start()
@@ -85,9 +95,6 @@ class URRtdeDriverNode(CommandTopics, Node):
             f"{self.servo.lookahead_s:g} s, gain {self.servo.gain:g}; commands on "
             + ", ".join(self._topics.values())
         )
-
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
 
     # -- control thread ----------------------------------------------------------------------
     def _control_loop(self) -> None:
@@ -118,8 +125,7 @@ class URRtdeDriverNode(CommandTopics, Node):
 
     def _on_stop_change(self, change: tuple[str, str], q: np.ndarray) -> None:
         what, reason = change
-        with self._lock:
-            self.command.hold(q)  # never resume towards a target set before the stop
+        self._hold(q)
         if what == "stopped":
             self._control.servoStop()
             self.get_logger().error(f"robot {reason}: servoing stopped, holding")
@@ -131,18 +137,14 @@ class URRtdeDriverNode(CommandTopics, Node):
     def _try_reconnect(self) -> None:
         if self.reconnect.state == "failed" or not self.reconnect.should_try(time.monotonic()):
             return
-        try:
-            self._receive.reconnect()
-            self._control.reconnect()
-        except Exception as exc:
-            self.reconnect.lost(time.monotonic())
-            self._event("reconnect_failed", reason=str(exc), state=self.reconnect.state)
-            return
-        q = np.array(self._receive.getActualQ(), dtype=float)
-        with self._lock:
-            self.command.hold(q)
-        self.reconnect.connected()
-        self._event("reconnected")
+        self._reconnect_holding(self.reconnect, self._reconnect_rtde, self._measured)
+
+    def _reconnect_rtde(self) -> None:
+        self._receive.reconnect()
+        self._control.reconnect()
+
+    def _measured(self) -> np.ndarray:
+        return np.array(self._receive.getActualQ(), dtype=float)
 
     def _publish_state(self, q: np.ndarray) -> None:
         msg = JointState(name=list(self.robot_config.joints))

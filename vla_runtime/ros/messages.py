@@ -208,3 +208,18 @@ def refused_request(event: str) -> int | None:
     if event.get("verdict") not in (VETO, STALE):
         return None
     return parse_request_id(str(event.get("request", "")))
+
+
+def trajectory_arguments(msg: JointTrajectory) -> dict:
+    """A JointTrajectory command as the keyword arguments of a trajectory follower's
+    `set_trajectory` (the simulator's, `ArmCommand`'s): every point's positions, velocities and
+    accelerations, as sent."""
+    points = msg.points
+    return {
+        "names": list(msg.joint_names),
+        "positions": [list(p.positions) for p in points],
+        "times": [to_seconds(p.time_from_start) for p in points],
+        "velocities": [list(p.velocities) for p in points],
+        "accelerations": [list(p.accelerations) for p in points],
+        "start_time": to_seconds(msg.header.stamp),
+    }

@@ -32,6 +32,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.runtime import run_node
 
 FAULT_COMMAND = "/vla/fault/command"
@@ -81,12 +82,19 @@ class ChunkFaults:
         return "forward", 0.0
 
 
+@dataclass(frozen=True)
+class FaultInjectorParams:
+    chunk_in: str = param("chunks to pass on (where the engine is remapped to publish)", RAW_CHUNK)
+    chunk_out: str = param("where the passed chunks go", topics.ACTION_CHUNK)
+    cameras: list = param(f"cameras proxied from {raw_camera_image('<name>')}", [],
+                          Parameter.Type.STRING_ARRAY)  # fmt: skip
+
+
 class FaultInjectorNode(Node):
     def __init__(self, name: str = "fault_injector"):
         super().__init__(name)
-        chunk_in = self.declare_parameter("chunk_in", RAW_CHUNK).value
-        chunk_out = self.declare_parameter("chunk_out", topics.ACTION_CHUNK).value
-        cameras = self.declare_parameter("cameras", Parameter.Type.STRING_ARRAY).value or []
+        params = declare(self, FaultInjectorParams)
+        chunk_in, chunk_out, cameras = params.chunk_in, params.chunk_out, params.cameras
         self.faults = ChunkFaults()
         self._queue: deque[tuple[float, JointTrajectory]] = deque()  # (release time, chunk)
         self._frozen: dict[str, tuple[float, Image | None]] = {}  # camera -> (until, frame)

@@ -1,14 +1,14 @@
 """Simulated arm driver: MuJoCo physics at 1 kHz behind ros2_control-style topics.
 
-Physics runs in its own thread, paced to wall time x real_time_factor (or as fast as possible, or
-lock-step on /sim/step requests). The driver is the clock source: it publishes /clock and stamps
-everything with sim time, so it never uses sim time itself. Cameras render in their own
-processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
+Physics runs in its own thread, paced to wall time x real_time_factor (or as fast as possible,
+or lock-step on /sim/step requests; core/pacing.py). The driver is the clock source: it
+publishes /clock and stamps everything with sim time, so it never uses sim time itself. Cameras
+render in their own processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
 
 Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling
-(std_msgs/Float64 in percent on `speed_scaling_topic`, by default
-/speed_scaling_state_broadcaster/speed_scaling for robots driven through
-scaled_joint_trajectory_controller, with every joint state): 100 x the `speed_scaling` parameter
+(std_msgs/Float64 in percent on `speed_scaling_topic`, with every joint state; its default
+"auto" is /speed_scaling_state_broadcaster/speed_scaling for robots driven through
+scaled_joint_trajectory_controller, none for others): 100 x the `speed_scaling` parameter
 (a fraction, 1.0 by default, settable at run time to play the pendant's slider). The simulated
 arm itself is not slowed: it follows whatever it is commanded.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
+from dataclasses import dataclass
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
@@ -36,54 +36,50 @@ from std_msgs.msg import Empty, Float64, Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.pacing import PhysicsLoop, StepGrid
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.core.speed_scaling import broadcast_topic
+from vla_runtime.drivers.command_topics import ArmGripperControllerParams
+from vla_runtime.ros.messages import to_time, trajectory_arguments
+from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import SceneConfig
 
-# Free-running pacing: when physics falls this far behind wall time x RTF (a loaded machine), it
-# stops trying to catch up and rebases, so it never bursts through seconds of backlog.
-MAX_LAG_S = 0.25
-RTF_WINDOW_S = 2.0  # wall seconds over which the achieved real-time factor is measured
 BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+STREAM_RATES = ("clock_rate_hz", "state_rate_hz", "scene_state_rate_hz")  # _publish's order
+# Parameters a running simulation cannot take (seed and speed_scaling can be set at run time).
+FIXED_AT_START = ("robot", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic")
 
 
-def _stamp_of(seconds: float):
-    ns = round(seconds * 1e9)
-    return divmod(ns, 1_000_000_000)
+@dataclass(frozen=True)
+class SimDriverParams(ArmGripperControllerParams):
+    robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    seed: int = param("seed of the cube layout; set at run time to re-place the cubes", 0)
+    n_cubes: int = param("number of coloured cubes on the table", 4)
+    real_time_factor: float = param("sim time per wall second; 0 = as fast as possible", 1.0)
+    lockstep: bool = param(f"advance physics only on {topics.SIM_STEP} requests", False)
+    state_rate_hz: float = param(f"{topics.JOINT_STATES} rate, Hz of sim time", 250.0)
+    clock_rate_hz: float = param(f"{topics.CLOCK} rate, Hz of sim time", 500.0)
+    scene_state_rate_hz: float = param(f"{topics.SIM_SCENE_STATE} rate, Hz of sim time", 100.0)
+    speed_scaling_topic: str = param(
+        "speed scaling topic (std_msgs/Float64, percent); auto = UR's broadcaster's for an arm "
+        "driven through scaled_joint_trajectory_controller, empty = none",
+        "auto",
+    )
+    speed_scaling: float = param("the pendant's slider, a fraction in [0, 1]; settable", 1.0)
 
 
 class SimDriverNode(Node):
+    Params = SimDriverParams
+
     def __init__(self, name: str = "sim_driver"):
         super().__init__(name)
-        robot_name = self.declare_parameter("robot", "fr3").value
-        robot = load_robot(robot_name)
-        seed = int(self.declare_parameter("seed", 0).value)
-        n_cubes = int(self.declare_parameter("n_cubes", 4).value)
-        self.rtf = float(self.declare_parameter("real_time_factor", 1.0).value)
-        self.lockstep = bool(self.declare_parameter("lockstep", False).value)
-        rates = {
-            key: float(self.declare_parameter(key, default).value)
-            for key, default in (
-                ("state_rate_hz", 250.0), ("clock_rate_hz", 500.0), ("scene_state_rate_hz", 100.0)
-            )
-        }  # fmt: skip
-        yaml_keys = dict(trajectory="trajectory", forward="forward_position", gripper="gripper")
-        controllers = {
-            key: self.declare_parameter(f"{key}_controller", robot.controllers[yaml_key]).value
-            for key, yaml_key in yaml_keys.items()
-        }
-        # UR's driver always runs the speed scaling broadcaster next to its scaled controller.
-        is_ur = controllers["trajectory"] == "scaled_joint_trajectory_controller"
-        scaling_topic = str(
-            self.declare_parameter(
-                "speed_scaling_topic", UR_SPEED_SCALING_TOPIC if is_ur else ""
-            ).value
-        )
-        self._speed_scaling = float(self.declare_parameter("speed_scaling", 1.0).value)
+        self.params = params = declare(self, self.Params)
+        robot = load_robot(params.robot)
+        self.rtf, self.lockstep = params.real_time_factor, params.lockstep
+        self._speed_scaling = params.speed_scaling
         if not 0.0 <= self._speed_scaling <= 1.0:
             raise ValueError(f"speed_scaling must be in [0, 1], got {self._speed_scaling}")
         if self.rtf < 0.0:
@@ -93,16 +89,13 @@ class SimDriverNode(Node):
             self.get_logger().warning("use_sim_time ignored: the sim driver publishes /clock")
             self.set_parameters([Parameter("use_sim_time", value=False)])
 
-        self.sim = Simulator(SceneConfig(robot=robot_name, n_cubes=n_cubes, seed=seed))
+        self.sim = Simulator(SceneConfig(params.robot, n_cubes=params.n_cubes, seed=params.seed))
         self._lock = threading.Lock()
-        # Publication periods in physics steps, so stamps sit exactly on the sim-time grid.
-        steps_per_s = round(1.0 / self.sim.dt)
-        self._periods = {}
-        for key, rate in rates.items():
-            if not 0.0 < rate <= steps_per_s:
-                raise ValueError(f"{key} must be in (0, {steps_per_s}], got {rate}")
-            self._periods[key] = max(1, round(steps_per_s / rate))
-        self._steps = 0
+        rates = {name: getattr(params, name) for name in STREAM_RATES}
+        self._physics = PhysicsLoop(
+            StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, self.rtf,
+            self.lockstep, self._step, self._sim_time, self._publish, self.get_logger().warning,
+        )  # fmt: skip
 
         self._clock_pub = self.create_publisher(Clock, topics.CLOCK, 10)
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
@@ -111,6 +104,8 @@ class SimDriverNode(Node):
         )
         self._xml_pub = self.create_publisher(String, topics.SIM_SCENE_XML, LATCHED)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        trajectory = robot.controller("trajectory", params.trajectory_controller)
+        scaling_topic = broadcast_topic(params.speed_scaling_topic, trajectory)
         self._scaling_pub = (
             self.create_publisher(Float64, scaling_topic, 10) if scaling_topic else None
         )
@@ -118,11 +113,7 @@ class SimDriverNode(Node):
         self._state_msg = JointState(name=list(self.sim.joint_names))
         self._scene_msg = Float64MultiArray()
 
-        self._topics = {
-            "trajectory": topics.trajectory_command(controllers["trajectory"]),
-            "forward": topics.forward_command(controllers["forward"]),
-            "gripper": topics.forward_command(controllers["gripper"]),
-        }
+        self._topics = params.command_topics(robot)
         self.create_subscription(
             JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
         )
@@ -132,10 +123,6 @@ class SimDriverNode(Node):
         self.create_subscription(Empty, topics.DRIVER_RECOVER, self._on_recover, 10)
         self.add_on_set_parameters_callback(self._on_parameters)
 
-        self._pending_steps = 0
-        self._wake = threading.Condition(self._lock)
-        self._running = True
-        self.achieved_rtf = float("nan")
         self._publish_xml()
         self._publish_all()
         # Commands are taken by the executor thread while physics holds the GIL for its steps:
@@ -146,17 +133,14 @@ class SimDriverNode(Node):
         self.create_timer(1.0, self._check_physics)
         mode = "lock-step" if self.lockstep else f"real-time factor {self.rtf:g}"
         self.get_logger().info(
-            f"simulated {robot_name} ({n_cubes} cubes, seed {seed}), {mode}; commands on "
-            + ", ".join(self._topics.values())
+            f"simulated {params.robot} ({params.n_cubes} cubes, seed {params.seed}), {mode}; "
+            "commands on " + ", ".join(self._topics.values())
         )
 
     # -- physics thread ----------------------------------------------------------------------
     def _physics_loop(self) -> None:
         try:
-            if self.lockstep:
-                self._lockstep_loop()
-            else:
-                self._free_loop()
+            self._physics.run()
         except Exception as exc:
             if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down under a publish
                 return
@@ -166,76 +150,18 @@ class SimDriverNode(Node):
 
     def _check_physics(self) -> None:
         # Raising here ends the node with a non-zero exit, so the launcher reports the failure.
-        if self._running and not self._thread.is_alive():
+        if self._physics.running and not self._thread.is_alive():
             raise RuntimeError("the physics thread died; see the log above")
 
-    def _lockstep_loop(self) -> None:
-        while True:
-            with self._wake:
-                self._wake.wait_for(lambda: self._pending_steps > 0 or not self._running)
-                if not self._running:
-                    return
-                n, self._pending_steps = self._pending_steps, 0
-            self._advance(n)
-            # Every batch ends with a clock, state and scene state at its final time.
-            off_grid = {key: self._steps % p != 0 for key, p in self._periods.items()}
-            self._publish(
-                off_grid["clock_rate_hz"],
-                off_grid["state_rate_hz"],
-                off_grid["scene_state_rate_hz"],
-            )
+    def _step(self, n: int) -> None:
+        with self._lock:
+            self.sim.step(n)
 
-    def _free_loop(self) -> None:
-        dt = self.sim.dt
-        batch_cap = max(1, round(MAX_LAG_S / dt))
-        wall0, sim0 = time.perf_counter(), self.sim.time
-        window_wall, window_sim = wall0, sim0
-        warned_at = 0.0
-        while self._running:
-            now = time.perf_counter()
-            if self.rtf > 0.0:
-                # Under the lock: an episode reset rewinds the time to 0 while it rebuilds the
-                # scene, and a rebase on that would pause physics for the whole sim time so far.
-                with self._lock:
-                    t = self.sim.time
-                due = round((sim0 + (now - wall0) * self.rtf - t) / dt)
-                if due > batch_cap:  # too far behind: rebase instead of bursting
-                    wall0, sim0 = now, t
-                    due = batch_cap
-                if due <= 0:
-                    time.sleep(dt / self.rtf)
-                    continue
-            else:
-                due = 10
-            self._advance(due)
-            if now - window_wall >= RTF_WINDOW_S:
-                self.achieved_rtf = (self.sim.time - window_sim) / (now - window_wall)
-                window_wall, window_sim = now, self.sim.time
-                if self.rtf > 0 and self.achieved_rtf < 0.9 * self.rtf and now - warned_at > 30:
-                    warned_at = now
-                    self.get_logger().warning(
-                        f"physics runs at {self.achieved_rtf:.2f}x real time "
-                        f"(asked {self.rtf:g}x): the machine is too loaded"
-                    )
-
-    def _advance(self, n: int) -> None:
-        """Step n physics steps, publishing on the sim-time grid of each stream."""
-        periods = self._periods
-        while n > 0 and self._running:
-            k = min(n, *(p - self._steps % p for p in periods.values()))
-            with self._lock:
-                self.sim.step(k)
-            self._steps += k
-            n -= k
-            self._publish_due()
-
-    def _publish_due(self) -> None:
-        steps, periods = self._steps, self._periods
-        clock = steps % periods["clock_rate_hz"] == 0
-        state = steps % periods["state_rate_hz"] == 0
-        scene = steps % periods["scene_state_rate_hz"] == 0
-        if clock or state or scene:
-            self._publish(clock, state, scene)
+    def _sim_time(self) -> float:
+        # Under the lock: an episode reset rewinds the time to 0 while it rebuilds the scene,
+        # and pacing on that would pause physics for the whole sim time so far.
+        with self._lock:
+            return self.sim.time
 
     def _publish_all(self) -> None:
         self._publish(True, True, True)
@@ -247,10 +173,10 @@ class SimDriverNode(Node):
                 positions, velocities = self.sim.joint_state()
             if scene:
                 qpos = self.sim.data.qpos.tolist()
-        sec, nanosec = _stamp_of(t)
+        stamp = to_time(t)
         if state:
             msg = self._state_msg
-            msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+            msg.header.stamp = stamp
             msg.position = positions.tolist()
             msg.velocity = velocities.tolist()
             self._state_pub.publish(msg)
@@ -260,7 +186,7 @@ class SimDriverNode(Node):
             self._scene_msg.data = [t, *qpos]
             self._scene_pub.publish(self._scene_msg)
         if clock:
-            self._clock_msg.clock.sec, self._clock_msg.clock.nanosec = sec, nanosec
+            self._clock_msg.clock = stamp
             self._clock_pub.publish(self._clock_msg)
 
     def _publish_xml(self) -> None:
@@ -268,17 +194,8 @@ class SimDriverNode(Node):
 
     # -- commands ----------------------------------------------------------------------------
     def _on_trajectory(self, msg: JointTrajectory) -> None:
-        points = msg.points
-        stamp = to_seconds(msg.header.stamp)
         with self._lock:
-            reason = self.sim.set_trajectory(
-                list(msg.joint_names),
-                [list(p.positions) for p in points],
-                [to_seconds(p.time_from_start) for p in points],
-                velocities=[list(p.velocities) for p in points],
-                accelerations=[list(p.accelerations) for p in points],
-                start_time=stamp,
-            )
+            reason = self.sim.set_trajectory(**trajectory_arguments(msg))
         self._report("trajectory", reason)
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
@@ -343,45 +260,42 @@ class SimDriverNode(Node):
             # is lost when it goes out before the requester's subscriptions have matched.
             self._publish_all()
             return
-        with self._wake:
-            self._pending_steps += int(msg.data)
-            self._wake.notify()
+        self._physics.request(int(msg.data))
 
-    def _on_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        for param in params:
-            if param.name == "seed":
-                if param.type_ != Parameter.Type.INTEGER:
-                    return SetParametersResult(successful=False, reason="seed must be an integer")
-                with self._lock:
-                    self.sim.randomize(param.value)
-                self._publish_xml()  # tells cameras the scene was re-laid
-                self.get_logger().info(f"cubes re-placed with seed {param.value}")
-            elif param.name == "speed_scaling":
-                if param.type_ != Parameter.Type.DOUBLE or not 0.0 <= param.value <= 1.0:
-                    return SetParametersResult(
-                        successful=False, reason="speed_scaling must be a float in [0, 1]"
-                    )
-                self._speed_scaling = float(param.value)
-            elif param.name in (
-                "robot", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic"
-            ):  # fmt: skip
-                return SetParametersResult(
-                    successful=False, reason=f"{param.name} is fixed at start-up"
-                )
+    def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        for parameter in parameters:
+            reason = self._set_at_run_time(parameter)
+            if reason is not None:
+                return SetParametersResult(successful=False, reason=reason)
         return SetParametersResult(successful=True)
+
+    def _set_at_run_time(self, parameter: Parameter) -> str | None:
+        """Apply a parameter set at run time; why it is refused, or None."""
+        if parameter.name == "seed":
+            if parameter.type_ != Parameter.Type.INTEGER:
+                return "seed must be an integer"
+            with self._lock:
+                self.sim.randomize(parameter.value)
+            self._publish_xml()  # tells cameras the scene was re-laid
+            self.get_logger().info(f"cubes re-placed with seed {parameter.value}")
+        elif parameter.name == "speed_scaling":
+            if parameter.type_ != Parameter.Type.DOUBLE or not 0.0 <= parameter.value <= 1.0:
+                return "speed_scaling must be a float in [0, 1]"
+            self._speed_scaling = float(parameter.value)
+        elif parameter.name in FIXED_AT_START:
+            return f"{parameter.name} is fixed at start-up"
+        return None
 
     def close(self) -> None:
         """Stop the physics thread (the arm is left holding)."""
-        with self._wake:
-            self._running = False
-            self._wake.notify_all()
+        self._physics.stop()
         self._thread.join(timeout=5.0)
         with self._lock:
             self.sim.hold()
         # Printed, not logged: at shutdown the context (and with it /rosout) is already gone.
         print(
             f"[{self.get_name()}] stopped at sim time {self.sim.time:.3f} s "
-            f"(achieved RTF {self.achieved_rtf:.2f})",
+            f"(achieved RTF {self._physics.achieved_rtf:.2f})",
             file=sys.stderr,
         )
 

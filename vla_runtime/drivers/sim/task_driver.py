@@ -22,16 +22,17 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.drivers.sim.node import SimDriverNode
+from vla_runtime.drivers.sim.node import SimDriverNode, SimDriverParams
 from vla_runtime.ros.messages import chunk_from_msg
+from vla_runtime.ros.parameters import param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.tasks import TASKS, TaskSimulator
@@ -64,14 +65,26 @@ class EpisodeClient:
             raise RuntimeError(f"episode reset refused: {result.reason}")
 
 
+@dataclass(frozen=True)
+class TaskDriverParams(SimDriverParams):
+    task: str = param(f"task of the suite, one of {TASKS}; empty = the plain scene", "reach")
+    episode_seed: int | None = param(
+        "set to start a new episode laid out with this seed; unset at start (seed lays out the "
+        "first)",
+        None,
+        Parameter.Type.INTEGER,
+    )
+
+
 class TaskSimDriverNode(SimDriverNode):
+    Params = TaskDriverParams
+
     def __init__(self, name: str = "sim_driver"):
-        self._task_ready = False  # declarations also pass through _on_parameters
+        self._task_ready = False  # until the task's simulator runs (never in the plain scene)
         super().__init__(name)
-        task = self.declare_parameter("task", "reach").value
+        task = self.params.task
         if task and task not in TASKS:
             raise ValueError(f"task must be one of {TASKS} (or empty), got {task!r}")
-        self.declare_parameter("episode_seed", int(self.get_parameter("seed").value))
         self.task = task
         self._episode = 0
         self._rearm_pending = False
@@ -84,8 +97,7 @@ class TaskSimDriverNode(SimDriverNode):
         # The base class built a plain Simulator; swap in the task's (same joints, same qpos
         # layout for the robot) before any step matters, keeping sim time monotonic.
         with self._lock:
-            now = self.sim.time
-            seed = int(self.get_parameter("seed").value)
+            now, seed = self.sim.time, self.params.seed
             sim = TaskSimulator(task, seed, robot=self.sim.robot.name)
             sim.data.time = now
             self.sim = sim
@@ -156,27 +168,22 @@ class TaskSimDriverNode(SimDriverNode):
         if start is None or not self._from_before_reset(start, "trajectory"):
             super()._on_trajectory(msg)
 
-    def _on_parameters(self, params: list[Parameter]) -> SetParametersResult:
-        if not self._task_ready:
-            return super()._on_parameters(params)
-        rest = []
-        for param in params:
-            if param.name == "episode_seed":
-                if param.type_ != Parameter.Type.INTEGER:
-                    return SetParametersResult(successful=False, reason="episode_seed: integer")
-                with self._lock:
-                    self.sim.randomize(param.value)
-                    # One step on: no state from before the reset shares a stamp with one after.
-                    self.sim.data.time += self.sim.dt
-                    self._rearm_pending = True
-                    self._episode_stamp = self.sim.time
-                self._publish_all()
-                self._announce(param.value)
-            elif param.name == "task":
-                return SetParametersResult(successful=False, reason="task is fixed at start-up")
-            else:
-                rest.append(param)
-        return super()._on_parameters(rest)
+    def _set_at_run_time(self, parameter: Parameter) -> str | None:
+        if not self._task_ready or parameter.name not in ("episode_seed", "task"):
+            return super()._set_at_run_time(parameter)
+        if parameter.name == "task":
+            return "task is fixed at start-up"
+        if parameter.type_ != Parameter.Type.INTEGER:
+            return "episode_seed: integer"
+        with self._lock:
+            self.sim.randomize(parameter.value)
+            # One step on: no state from before the reset shares a stamp with one after.
+            self.sim.data.time += self.sim.dt
+            self._rearm_pending = True
+            self._episode_stamp = self.sim.time
+        self._publish_all()
+        self._announce(parameter.value)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
