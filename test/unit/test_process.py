@@ -94,15 +94,15 @@ def test_module_process_arguments():
 def test_supervisor_starts_specs_with_their_parameters_file_and_niceness():
     supervisor = Supervisor(dict(os.environ), echo=False)
     try:
-        spec = NodeSpec("probe", "", {"rate": 2.5}, nice=2)
-        # `python -m json.tool --ros-args ...` exits 2 (unknown arguments) and says so.
-        proc = supervisor.start(spec, "json.tool")
-        assert supervisor["probe"] is proc and proc.nice == 2
-        assert proc.popen.wait(timeout=30) == 2
-        assert [p.name for p in supervisor.dead()] == ["probe"]
+        # `vla-runtime --ros-args ...` refuses the arguments (exit 2) without touching ROS.
+        spec = NodeSpec("probe", "vla-runtime", {"rate": 2.5}, nice=2)
+        proc = supervisor.start(spec)
+        assert supervisor["probe"] is proc and proc.nice == 2 and len(supervisor) == 1
+        assert proc.argv[1:6] == ["-m", "vla_runtime.cli", "--ros-args", "-r", "__node:=probe"]
         params = proc.argv[proc.argv.index("--params-file") + 1]
         assert "rate: 2.5" in open(params).read()
-        assert proc.argv[-4:-2] == ["-r", "__node:=probe"]
+        assert proc.popen.wait(timeout=60) == 2
+        assert supervisor.dead() == [proc]
     finally:
         supervisor.close()
     assert not os.path.exists(params)  # the work directory goes with the supervisor

@@ -75,14 +75,13 @@ MOVING_SPEED = 0.05  # rad/s: the loop counts as running above this
 FAST_SPEED = 0.25  # rad/s: faults strike once a joint moves this fast (the sway peaks at 0.31)
 SETTLE_ALLOWANCE_S = 0.4  # s: the sim arm's servo settling on a held setpoint (~0.35 s measured)
 SILENCING = {"kill_streamer", "kill_safety", "clock_jump_ahead"}  # commands go stale or stop
-INJECTOR_MODULE = "vla_runtime.testing.fault_injector"
 
 
-# -- the loop ------------------------------------------------------------------------------
+# -- the loop ---------------------------------------------------------------------------------
 
 
-def bench_nodes(settings: dict, endpoint: str) -> list[tuple[NodeSpec, str | None]]:
-    """(spec, module) of every process of the loop: the sim stack with its policy nodes, the
+def bench_nodes(settings: dict, endpoint: str) -> list[NodeSpec]:
+    """Every process of the loop: the sim stack with its policy nodes, the
     engine on `endpoint` and the fault injector in front of the safety node and the engine."""
     stack = resolve_stack(
         "sim",
@@ -106,9 +105,9 @@ def bench_nodes(settings: dict, endpoint: str) -> list[tuple[NodeSpec, str | Non
             params["consequence"] = settings["consequence"]
         # Every node at the default priority, as the bench's published figures were measured.
         spec = replace(spec, parameters=params, remappings=tuple(remaps.items()), nice=0)
-        nodes.append((spec, None))
-    injector = NodeSpec("fault_injector", "", {"use_sim_time": True, "cameras": ["scene", "wrist"]})
-    nodes.append((injector, INJECTOR_MODULE))
+        nodes.append(spec)
+    injector = {"use_sim_time": True, "cameras": ["scene", "wrist"]}
+    nodes.append(NodeSpec("fault_injector", "vla-fault-injector", injector))
     return nodes
 
 
@@ -348,8 +347,8 @@ def run_bench(
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: 0)
     try:
         rec = LoopRecorder(claim.domain_id, robot)
-        for spec, module in bench_nodes(settings, server.endpoint):
-            procs.start(spec, module)
+        for spec in bench_nodes(settings, server.endpoint):
+            procs.start(spec)
         say(f"fault bench: {len(procs)} nodes on ROS_DOMAIN_ID={claim.domain_id}")
         if not rec.wait(rec.running, startup_timeout_s):
             dead = [p.name for p in procs.dead()]

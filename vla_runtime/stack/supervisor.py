@@ -203,11 +203,11 @@ class Supervisor:
         self._workdir = tempfile.TemporaryDirectory(prefix=prefix)
         self.processes: dict[str, NodeProcess] = {}
 
-    def start(self, spec: NodeSpec, module: str | None = None) -> NodeProcess:
-        """Start `spec` as `python -m module` (default: the module of its executable)."""
+    def start(self, spec: NodeSpec) -> NodeProcess:
+        """Start `spec` as `python -m` the module of its executable, with a parameters file."""
         params = Path(self._workdir.name) / f"{spec.name}.params.yaml"
         params.write_text(params_file_content(spec))
-        module = module or node_module(spec.executable)
+        module = node_module(spec.executable)
         argv = [sys.executable, "-m", module, *ros_arguments(spec, str(params))]
         proc = NodeProcess(spec.name, argv, self.env, nice=spec.nice, echo=self.echo)
         self.processes[spec.name] = proc
