@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def node(rclpy_context, tmp_path):
-    proc, log = start_safety(tmp_path)
+    proc = start_safety(tmp_path)
     probe = Probe(rclpy_context)
     try:
         probe.spin_until(lambda: probe.command_pub.get_subscription_count() > 0, "subscription")
@@ -46,7 +46,7 @@ def node(rclpy_context, tmp_path):
         yield probe, proc
     finally:
         probe.close()
-        print(stop_safety(proc, log))
+        print(stop_safety(proc))
 
 
 def garbage_stream(seed: int):
@@ -189,8 +189,8 @@ def test_killed_safety_node_goes_silent_and_a_restart_rearms_without_a_jump(
     procs = []
     try:
         for attempt in range(2):
-            proc, log = start_safety(tmp_path / f"{attempt}")
-            procs.append((proc, log))
+            proc = start_safety(tmp_path / f"{attempt}")
+            procs.append(proc)
             probe.spin_until(lambda: probe.command_pub.get_subscription_count() > 0, "sub")
             base = probe.arm.copy()
 
@@ -211,7 +211,6 @@ def test_killed_safety_node_goes_silent_and_a_restart_rearms_without_a_jump(
             assert np.abs(probe.outputs[first][1] - base).max() < 1e-3
             probe.arm = probe.outputs[-1][1].copy()  # the "driver" followed the gate
             proc.kill()
-            proc.wait()
             killed_at = time.monotonic()
             probe.run(0.5, command=stream)
             after = [o for t, o in probe.outputs if t > killed_at + 0.05]
@@ -219,5 +218,5 @@ def test_killed_safety_node_goes_silent_and_a_restart_rearms_without_a_jump(
         assert_output_within_limits(probe.outputs[:50])
     finally:
         probe.close()
-        for proc, log in procs:
-            stop_safety(proc, log)
+        for proc in procs:
+            stop_safety(proc)

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import math
 import signal
-import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -23,6 +20,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.stack.supervisor import NodeProcess, module_process
 
 pytestmark = pytest.mark.integration
 
@@ -33,13 +31,14 @@ REST_SPEED = 0.02  # rad/s
 SETTLE_ALLOWANCE_S = 0.4  # the simulated arm servo settling on a frozen setpoint (~0.35 s)
 
 
-def start(tmp_path, name: str, module: str, *params: str) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path, name: str, module: str, *params: str) -> NodeProcess:
     log = tmp_path / f"{name}.log"
-    return start_node(module, log, *params, node_name=name), log
+    return module_process(module, *params, log_path=log, node_name=name).start()
 
 
-def stop(proc: subprocess.Popen, log: Path) -> str:
-    return stop_node(proc, log, signal.SIGINT)[1]
+def stop(proc: NodeProcess) -> str:
+    proc.stop(signal.SIGINT, 20.0)
+    return proc.output()
 
 
 class Streamer:
@@ -120,14 +119,13 @@ def test_the_simulated_arm_stops_and_holds_when_the_safety_node_dies(rclpy_conte
         probe.run_until(lambda: len(probe.outputs) > 50 and probe.speed() > 0.6, sway,
                         WAIT_S, "the gate to arm and the arm to move fast")  # fmt: skip
         speed = probe.speed()
-        safety[0].kill()
-        safety[0].wait()
+        safety.kill()
         killed_at = probe.sim_now
         sent = len(probe.outputs)
         probe.run_until(lambda: probe.sim_now > killed_at + 1.5, sway, WAIT_S, "1.5 s of sim")
     finally:
         probe.close()
-        logs = {name: stop(*proc) for name, proc in (("driver", driver), ("safety", safety))}
+        logs = {name: stop(proc) for name, proc in (("driver", driver), ("safety", safety))}
         print(logs["safety"][-2000:])
     assert len(probe.outputs) - sent <= 2, "the driver topic kept receiving commands"
     times = [t for t, _, _ in probe.states]

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import signal
 import time
 
 import numpy as np
 import pytest
-from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 
 from vla_runtime.core import topics
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.stack.supervisor import module_process
 
 pytestmark = pytest.mark.integration
 
@@ -33,16 +32,16 @@ def write_video(path, frames=FRAMES):
 
 def start_camera(tmp_path, name, **params):
     settings = {"camera_name": name, "source": "file", **params}
-    return start_node(
+    return module_process(
         "vla_runtime.nodes.camera",
-        tmp_path / f"camera_{name}.log",
         *(f"{key}:={value}" for key, value in settings.items()),
-    )
+        log_path=tmp_path / f"camera_{name}.log",
+    ).start()
 
 
-def stop(proc, tmp_path, name):
+def stop(proc):
     """SIGTERM must end the node cleanly (exit 0); kill only as a last resort."""
-    return stop_node(proc, tmp_path / f"camera_{name}.log", timeout=15)
+    return proc.stop(signal.SIGTERM, 15), proc.output()
 
 
 def spin_until(executor, condition, timeout):
@@ -90,7 +89,7 @@ def test_file_camera_publishes_loops_and_scales_calibration(rclpy_context, tmp_p
         )
         assert proc.poll() is None
     finally:
-        code, log = stop(proc, tmp_path, "front")
+        code, log = stop(proc)
         executor.shutdown()
         node.destroy_node()
     assert code == 0, log
@@ -164,7 +163,7 @@ def test_missing_file_is_reported_and_frames_start_when_it_appears(rclpy_context
         assert images[0].width == WIDTH and images[0].height == HEIGHT
         assert proc.poll() is None
     finally:
-        code, log = stop(proc, tmp_path, "late")
+        code, log = stop(proc)
         executor.shutdown()
         node.destroy_node()
     assert code == 0, log
@@ -234,13 +233,12 @@ def test_sim_camera_renders_scene_state_with_its_sim_stamp(rclpy_context, tmp_pa
         pixels = np.frombuffer(bytes(image.data), np.uint8).reshape(image.height, image.width, 3)
         return pixels[image.height // 2, image.width // 2].astype(int)
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vla_runtime.nodes.camera", "--ros-args"]
-        + ["-p", "camera_name:=top", "-p", "source:=sim", "-p", "width:=64", "-p", "height:=48"],
-        stdout=open(tmp_path / "camera_top.log", "w"),
-        stderr=subprocess.STDOUT,
+    proc = module_process(
+        "vla_runtime.nodes.camera",
+        *("camera_name:=top", "source:=sim", "width:=64", "height:=48"),
+        log_path=tmp_path / "camera_top.log",
         env=dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl")),
-    )
+    ).start()
     try:
         centred = show([0, 0, 0.1, 1, 0, 0, 0], 1.5)
         assert centred is not None, "no frame of the first state"
@@ -270,7 +268,7 @@ def test_sim_camera_renders_scene_state_with_its_sim_stamp(rclpy_context, tmp_pa
         assert proc.poll() is None
         assert show([0, 0, 0.1, 1, 0, 0, 0], 4.0) is not None  # and recovers
     finally:
-        code, log = stop(proc, tmp_path, "top")
+        code, log = stop(proc)
         executor.shutdown()
         node.destroy_node()
     assert code == 0, log

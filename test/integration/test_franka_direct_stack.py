@@ -87,8 +87,8 @@ class StackProbe(Probe):
         self.fingers: list[float] = []
         super().__init__(domain_id)
         self.node.create_subscription(DiagnosticArray, topics.DRIVER_STATS, self._on_stats, 10)
-        self.widths = self.collect(Float64MultiArray, "/fr3_gripper/commands", 50)
-        self.safety_events = self.collect(String, topics.SAFETY_EVENTS, 1000)
+        self.widths = self.record(Float64MultiArray, "/fr3_gripper/commands", 50, stamped=False)
+        self.safety_events = self.record(String, topics.SAFETY_EVENTS, 1000, stamped=False)
 
     def _on_stats(self, msg) -> None:
         for status in msg.status:
@@ -120,7 +120,7 @@ def test_franka_direct_stack_runs_the_policy_on_franky_sim_for_60_s(tmp_path):
             stack="franka",
         )  # fmt: skip
         probe = StackProbe(domain)
-        assert probe.spin_until(lambda: proc.poll() is not None, RUN_S + 120), "stack still runs"
+        assert probe.wait(lambda: proc.poll() is not None, RUN_S + 120), "stack still runs"
         final_stats = probe.stats
     finally:
         if probe is not None:

@@ -22,7 +22,7 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     probe = None
     try:
         probe = Probe(domain)
-        assert probe.spin_until(lambda: probe.q is not None, 60), "no /joint_states"
+        assert probe.wait(lambda: probe.q is not None, 60), "no /joint_states"
         assert np.allclose(probe.q, HOME, atol=0.02)
 
         goal = HOME + np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.2, 0.3])
@@ -34,7 +34,7 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
         probe.send(ARM[:6], [(1.0, goal[:6])])  # wrong joint count
         probe.send(ARM, [(1.0, np.full(7, np.nan))])  # NaN
         probe.send(list(reversed(ARM)) + ["bogus"], [(1.0, np.zeros(8))])  # unknown joint
-        assert probe.spin_until(lambda: len(probe.events) >= 3, 30), probe.events
+        assert probe.wait(lambda: len(probe.events) >= 3, 30), probe.events
         assert all(e["event"] == "rejected" and e["reason"] for e in probe.events)
         probe.spin_sim_seconds(1.0)
         assert np.max(np.abs(probe.q - goal)) < 0.01
@@ -62,7 +62,7 @@ def test_sigterm_stops_every_node_cleanly():
     proc, domain = start_launcher()
     probe = Probe(domain)
     try:
-        assert probe.spin_until(lambda: probe.q is not None, 60)
+        assert probe.wait(lambda: probe.q is not None, 60)
     finally:
         probe.close()
     proc.send_signal(signal.SIGTERM)
@@ -75,7 +75,7 @@ def test_a_dying_node_is_reported_and_fails_the_launch():
     proc, domain = start_launcher("--duration", "120")
     probe = Probe(domain)
     try:
-        assert probe.spin_until(lambda: probe.q is not None, 60)
+        assert probe.wait(lambda: probe.q is not None, 60)
     finally:
         probe.close()
     victim = subprocess.run(

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
+import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Duration
-from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
@@ -20,6 +18,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.stack.supervisor import NodeProcess, module_process
 
 pytestmark = pytest.mark.integration
 
@@ -34,14 +33,15 @@ LOWER = np.array(ROBOT.position_min) + ROBOT.position_margin
 UPPER = np.array(ROBOT.position_max) - ROBOT.position_margin
 
 
-def start_safety(tmp_path, *params: str) -> tuple[subprocess.Popen, Path]:
+def start_safety(tmp_path, *params: str) -> NodeProcess:
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "safety.log"
-    return start_node("vla_runtime.nodes.safety", log, *params), log
+    return module_process("vla_runtime.nodes.safety", *params, log_path=log).start()
 
 
-def stop_safety(proc, log: Path) -> str:
-    return stop_node(proc, log)[1]
+def stop_safety(proc: NodeProcess) -> str:
+    proc.stop(signal.SIGTERM, 20.0)
+    return proc.output()
 
 
 def stamp_of(seconds: float):
@@ -142,7 +142,7 @@ def assert_output_within_limits(outputs):
 
 @pytest.fixture
 def probe(rclpy_context, tmp_path):
-    proc, log = start_safety(tmp_path)
+    proc = start_safety(tmp_path)
     p = Probe(rclpy_context)
     try:
         p.spin_until(lambda: p.command_pub.get_subscription_count() > 0, "safety to subscribe")
@@ -152,7 +152,7 @@ def probe(rclpy_context, tmp_path):
         yield p
     finally:
         p.close()
-        output = stop_safety(proc, log)
+        output = stop_safety(proc)
         print(output)
 
 
@@ -257,7 +257,7 @@ def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_
     best-effort publisher, as franka_ros2's broadcasters publish them."""
     from rclpy.qos import qos_profile_sensor_data
 
-    proc, log = start_safety(tmp_path, "command_interface:=trajectory")
+    proc = start_safety(tmp_path, "command_interface:=trajectory")
     probe = Probe(rclpy_context)
     trajectories: list[JointTrajectory] = []
     probe.node.create_subscription(
@@ -282,7 +282,7 @@ def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_
         probe.run(1.5, command=stream)
     finally:
         probe.close()
-        print(stop_safety(proc, log))
+        print(stop_safety(proc))
     assert len(trajectories) > 100 and probe.outputs == []  # nothing on the forward topic
     for msg in trajectories:
         assert msg.joint_names == ARM and len(msg.points) == 1

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import time
-from pathlib import Path
+import signal
 
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Duration
-from node_process import start_node, stop_node
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -22,6 +17,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.messages import chunk_msg, to_seconds
+from vla_runtime.stack.supervisor import NodeProcess, module_process
+from vla_runtime.testing.recorder import Recorder, json_data
 
 ROBOT = load_robot("fr3")
 ARM = list(ROBOT.joints)
@@ -30,38 +27,34 @@ GOAL = HOME + np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.2, 0.3])
 WAIT_S = 120.0  # wall-clock patience for DDS and a loaded machine; progress is in sim time
 
 
-def start_driver(tmp_path, *params: str) -> tuple[subprocess.Popen, Path]:
+def start_driver(tmp_path, *params: str) -> NodeProcess:
     log = tmp_path / "sim_driver.log"
-    return start_node("vla_runtime.drivers.sim.node", log, *params), log
+    return module_process("vla_runtime.drivers.sim.node", *params, log_path=log).start()
 
 
-def stop_driver(proc: subprocess.Popen, log: Path) -> str:
-    return stop_node(proc, log)[1]
+def stop_driver(proc: NodeProcess) -> str:
+    proc.stop(signal.SIGTERM, 20.0)
+    return proc.output()
 
 
-class Probe:
+class Probe(Recorder):
     """A test-side node recording the driver's output and sending it commands."""
 
     def __init__(self, ctx):
-        import rclpy
-
-        self.node = rclpy.create_node("sim_driver_probe", context=ctx)
-        self.executor = SingleThreadedExecutor(context=ctx)
-        self.executor.add_node(self.node)
-        self.states: list[JointState] = []
-        self.clocks: list[float] = []
-        self.events: list[dict] = []
-        self.xml: list[str] = []
-        sub = self.node.create_subscription
-        sub(JointState, topics.JOINT_STATES, self.states.append, 1000)
-        sub(Clock, topics.CLOCK, lambda m: self.clocks.append(_seconds(m.clock)), 1000)
-        sub(String, topics.DRIVER_EVENTS, lambda m: self.events.append(json.loads(m.data)), 100)
+        super().__init__("sim_driver_probe", context=ctx)
+        keep = self.record
+        self.states: list[JointState] = keep(JointState, topics.JOINT_STATES, 1000, stamped=False)
+        self.clocks: list[float] = keep(
+            Clock, topics.CLOCK, 1000, lambda m: _seconds(m.clock), stamped=False
+        )
+        self.events: list[dict] = keep(String, topics.DRIVER_EVENTS, 100, json_data, stamped=False)
         latched = QoSProfile(
             depth=1,
             reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL,
         )
-        sub(String, topics.SIM_SCENE_XML, lambda m: self.xml.append(m.data), latched)
+        self.xml: list[str] = keep(String, topics.SIM_SCENE_XML, latched, lambda m: m.data,
+                                   stamped=False)  # fmt: skip
         pub = self.node.create_publisher
         self.trajectory = pub(JointTrajectory, topics.trajectory_command("fr3_arm_controller"), 10)
         self.forward = pub(
@@ -80,11 +73,8 @@ class Probe:
         return np.array(self.states[-1].position[:7])
 
     def spin_until(self, condition, what: str, timeout: float = WAIT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            self.executor.spin_once(timeout_sec=0.05)
+        if not self.wait(condition, timeout):
+            raise AssertionError(f"timed out waiting for {what}")
 
     def spin_sim(self, seconds: float) -> None:
         """Spin until the driver's sim time has advanced by `seconds`."""
@@ -107,10 +97,6 @@ class Probe:
         self.spin_until(lambda: len(self.events) > n, what)
         return self.events[n]
 
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-
 
 def _seconds(stamp) -> float:
     return to_seconds(stamp)
@@ -118,7 +104,7 @@ def _seconds(stamp) -> float:
 
 @pytest.mark.integration
 def test_sim_driver_streams_follows_trajectories_and_rejects_bad_commands(rclpy_context, tmp_path):
-    proc, log = start_driver(tmp_path)
+    proc = start_driver(tmp_path)
     probe = Probe(rclpy_context)
     try:
         probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
@@ -174,14 +160,14 @@ def test_sim_driver_streams_follows_trajectories_and_rejects_bad_commands(rclpy_
             target = GOAL if target is HOME else HOME
     finally:
         probe.close()
-        output = stop_driver(proc, log)
+        output = stop_driver(proc)
     assert proc.returncode == 0, output
     assert "rejected command on /fr3_arm_controller/joint_trajectory" in output
 
 
 @pytest.mark.integration
 def test_lockstep_advances_only_on_request(rclpy_context, tmp_path):
-    proc, log = start_driver(tmp_path, "lockstep:=true")
+    proc = start_driver(tmp_path, "lockstep:=true")
     probe = Probe(rclpy_context)
     try:
         probe.connected(probe.step)
@@ -196,9 +182,7 @@ def test_lockstep_advances_only_on_request(rclpy_context, tmp_path):
         probe.spin_until(lambda: probe.sim_time >= 0.25, "a 249-step batch")
         probe.step.publish(UInt32(data=1))
         probe.spin_until(lambda: probe.sim_time >= 0.251, "a 1-step batch")
-        deadline = time.monotonic() + 1.0  # nothing moves without a request
-        while time.monotonic() < deadline:
-            probe.executor.spin_once(timeout_sec=0.05)
+        probe.wait(lambda: False, 1.0)  # nothing moves without a request
         # A 0-step request re-publishes the current state (for late subscribers), no physics.
         before = len(probe.states)
         probe.step.publish(UInt32(data=0))
@@ -215,7 +199,7 @@ def test_lockstep_advances_only_on_request(rclpy_context, tmp_path):
                                                                   250, 251]  # fmt: skip
     finally:
         probe.close()
-        output = stop_driver(proc, log)
+        output = stop_driver(proc)
     assert proc.returncode == 0, output
 
 
@@ -224,7 +208,7 @@ def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
     """Motion faster than FR3's joint velocity limit (fr3_joint2: 2.62 rad/s) trips a latched
     joint_velocity_violation on the trajectory and the forward interface, like libfranka: the
     arm holds and every command is refused until /vla/driver/recover."""
-    proc, log = start_driver(tmp_path)
+    proc = start_driver(tmp_path)
     probe = Probe(rclpy_context)
     jtc = topics.trajectory_command("fr3_arm_controller")
     forward = topics.forward_command("forward_position_controller")
@@ -300,7 +284,7 @@ def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
         assert not any(e["event"] == "rejected" for e in probe.events), probe.events
     finally:
         probe.close()
-        output = stop_driver(proc, log)
+        output = stop_driver(proc)
     assert proc.returncode == 0, output
     assert "reflex on /fr3_arm_controller/joint_trajectory: joint_velocity_violation" in output
     assert "recovered from joint_velocity_violation" in output
@@ -317,7 +301,8 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
     from vla_runtime.drivers.sim.task_driver import EpisodeClient
 
     log = tmp_path / "task_driver.log"
-    proc = start_node("vla_runtime.drivers.sim.task_driver", log, "task:=reach")
+    proc = module_process("vla_runtime.drivers.sim.task_driver", "task:=reach", log_path=log)
+    proc.start()
     probe = Probe(rclpy_context)
     episodes = EpisodeClient(probe.node)
 
@@ -354,5 +339,5 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
         assert [e["event"] for e in probe.events] == ["ignored"], probe.events
     finally:
         probe.close()
-        output = stop_node(proc, log)[1]
+        output = stop_driver(proc)
     assert proc.returncode == 0, output

@@ -54,9 +54,11 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
     )
     probe = Probe(domain)
     try:
-        chunks = probe.collect(JointTrajectory, "/vla/action_chunk")
+        chunks = probe.record(JointTrajectory, "/vla/action_chunk", stamped=False)
         images = {
-            cam: probe.collect(Image, f"/vla/cameras/{cam}/image_raw", qos_profile_sensor_data)
+            cam: probe.record(
+                Image, f"/vla/cameras/{cam}/image_raw", qos_profile_sensor_data, stamped=False
+            )
             for cam in ("scene", "wrist")
         }
         # Check chunks from the moment the probe itself receives both cameras (best effort,
@@ -69,7 +71,7 @@ def test_engine_publishes_chunks_from_sim_cameras(tmp_path):
                 first = len(chunks)
             return (first is not None and len(chunks) >= first + 5) or proc.poll() is not None
 
-        probe.spin_until(enough, 150)
+        probe.wait(enough, 150)
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # a clean stop, reported like the end of the run
     finally:

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
-from node_process import start_node, stop_node
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64
 
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
+from vla_runtime.stack.supervisor import module_process
 
 pytestmark = pytest.mark.integration
 WAIT_S = 60.0
@@ -21,10 +22,11 @@ def test_sim_ur_publishes_speed_scaling_in_percent(rclpy_context, tmp_path):
     import rclpy
     from rclpy.parameter_client import AsyncParameterClient
 
-    log = tmp_path / "sim_driver.log"
-    proc = start_node(
-        "vla_runtime.drivers.sim.node", log, "robot:=ur5e", "speed_scaling:=0.5", "n_cubes:=1"
-    )
+    proc = module_process(
+        "vla_runtime.drivers.sim.node",
+        *("robot:=ur5e", "speed_scaling:=0.5", "n_cubes:=1"),
+        log_path=tmp_path / "sim_driver.log",
+    ).start()
     node = rclpy.create_node("scaling_probe", context=rclpy_context)
     executor = SingleThreadedExecutor(context=rclpy_context)
     executor.add_node(node)
@@ -50,5 +52,5 @@ def test_sim_ur_publishes_speed_scaling_in_percent(rclpy_context, tmp_path):
     finally:
         executor.shutdown()
         node.destroy_node()
-        code, text = stop_node(proc, log)
+        code, text = proc.stop(signal.SIGTERM, 20.0), proc.output()
     assert code == 0, text

@@ -4,11 +4,11 @@ follow the commands) and, optionally, UR's speed scaling broadcaster."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import numpy as np
 import pytest
-from node_process import start_node, stop_node
 from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 
@@ -16,6 +16,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.stack.supervisor import module_process
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +41,12 @@ def seconds(stamp) -> float:
 
 def start_streamer(tmp_path, name, **params):
     params = [f"{key}:={value}" for key, value in params.items()]
-    return start_node("vla_runtime.nodes.streamer", tmp_path / f"{name}.log", *params)
+    log = tmp_path / f"{name}.log"
+    return module_process("vla_runtime.nodes.streamer", *params, log_path=log).start()
 
 
-def stop(proc, tmp_path, name):
-    return stop_node(proc, tmp_path / f"{name}.log", timeout=15)
+def stop(proc):
+    return proc.stop(signal.SIGTERM, 15), proc.output()
 
 
 class FakeStack:
@@ -154,7 +156,7 @@ def run_case(rclpy_context, tmp_path, delay_s, speed_scaling=None, **params):
         assert stack.spin_for(10.0, until=lambda: len(stack.stats) > count)
         assert proc.poll() is None
     finally:
-        code, log = stop(proc, tmp_path, name)
+        code, log = stop(proc)
         stack.close()
     assert code == 0, log
     return stack, log

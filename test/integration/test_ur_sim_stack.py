@@ -41,8 +41,8 @@ def test_ur_sim_stack_follows_the_ur_driver_topics():
         forward = probe.node.create_publisher(
             Float64MultiArray, "/forward_position_controller/commands", 10
         )
-        states = probe.collect(JointState, "/joint_states")
-        assert probe.spin_until(lambda: probe.q is not None and states, 90), "no /joint_states"
+        states = probe.record(JointState, "/joint_states", stamped=False)
+        assert probe.wait(lambda: probe.q is not None and states, 90), "no /joint_states"
         assert list(states[-1].name) == [*UR, "gripper_finger_joint1", "gripper_finger_joint2"]
         assert np.allclose(probe.q, UR_HOME, atol=0.02)
 
@@ -59,7 +59,7 @@ def test_ur_sim_stack_follows_the_ur_driver_topics():
         assert np.max(np.abs(probe.q - back)) < 0.01, probe.q - back
 
         forward.publish(Float64MultiArray(data=[0.0] * 5))  # wrong length: rejected, holds
-        assert probe.spin_until(lambda: len(probe.events) >= 1, 30)
+        assert probe.wait(lambda: len(probe.events) >= 1, 30)
         assert probe.events[0]["topic"] == "/forward_position_controller/commands"
         probe.spin_sim_seconds(0.5)
         assert np.max(np.abs(probe.q - back)) < 0.01

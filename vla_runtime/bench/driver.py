@@ -29,7 +29,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
 from vla_runtime.ros.messages import chunk_msg, to_seconds
 from vla_runtime.stack.isolation import claim_domain
-from vla_runtime.stack.process import popen_child
+from vla_runtime.stack.supervisor import popen_child
 
 MOVED_RAD = 1e-3
 STEP_RAD, STEP_S = 0.05, 0.5  # latency probe: 0.1 rad/s, so the command passes 1 mrad in 10 ms

@@ -1,5 +1,5 @@
 """`vla-runtime bench faults`: inject faults into the closed simulated loop and measure the
-safety layer's answer (issue 5 acceptance).
+safety layer's answer.
 
 The loop is the sim stack's, every node its own process on a private ROS domain: sim driver
 (MuJoCo arm, /clock), scene and wrist cameras, engine, fault injector, safety, streamer. The
@@ -30,28 +30,27 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
-from vla_runtime.engine.model import default_spec
-from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
 from vla_runtime.engine.remote.server import PolicyServer
-from vla_runtime.ros.messages import chunk_msg, to_seconds
-from vla_runtime.ros.qos import LATCHED
-from vla_runtime.ros.runtime import BackgroundSpinner
+from vla_runtime.ros.messages import to_seconds
 from vla_runtime.stack.isolation import claim_domain
-from vla_runtime.stack.launcher import node_module
-from vla_runtime.stack.process import popen_child
-from vla_runtime.stack.resolver import NodeSpec, params_file_content, resolve_stack, ros_arguments
+from vla_runtime.stack.resolver import NodeSpec, resolve_stack
+from vla_runtime.stack.supervisor import Supervisor, node_env
+from vla_runtime.testing.fault_injector import FAULT_EVENTS, RAW_CHUNK, raw_camera_image
+from vla_runtime.testing.fault_publisher import FaultPublisher
+from vla_runtime.testing.recorder import Recorder, json_data
+from vla_runtime.testing.scripted_policy import SwayPolicy
 
 ALL_FAULTS = (
     "baseline",
@@ -76,103 +75,14 @@ MOVING_SPEED = 0.05  # rad/s: the loop counts as running above this
 FAST_SPEED = 0.25  # rad/s: faults strike once a joint moves this fast (the sway peaks at 0.31)
 SETTLE_ALLOWANCE_S = 0.4  # s: the sim arm's servo settling on a held setpoint (~0.35 s measured)
 SILENCING = {"kill_streamer", "kill_safety", "clock_jump_ahead"}  # commands go stale or stop
-FAULT_COMMAND = "/vla/fault/command"
-FAULT_EVENTS = "/vla/fault/events"
 
 
-# -- the scripted policy behind the engine ---------------------------------------------------
+# -- the loop ---------------------------------------------------------------------------------
 
 
-class SwayPolicy:
-    """Sways joints 1 and 6 around home; each chunk starts at the observed state and converges
-    to the sway path with time constant `tau_s`, so it always passes the continuity check."""
-
-    def __init__(self, image_size: int, amplitude=(0.15, 0, 0, 0, 0, 0.15, 0), period_s=3.0,
-                 tau_s=0.3):  # fmt: skip
-        self.spec = default_spec(image_size=image_size)
-        self.home = np.array(load_robot("fr3").home)
-        self.amplitude = np.asarray(amplitude, dtype=float)
-        self.omega = 2 * math.pi / period_s
-        self.tau = tau_s
-
-    def path(self, t: np.ndarray) -> np.ndarray:
-        return self.home + np.multiply.outer(np.sin(self.omega * t), self.amplitude)
-
-    def infer(self, observation: Observation, compute_mode: ComputeMode = ComputeMode(),
-              plan=None) -> ActionChunk:  # fmt: skip
-        spec = self.spec
-        state = np.asarray(observation.state, dtype=float)
-        offsets = spec.dt * (np.arange(spec.chunk_len) + 1)
-        start = observation.stamp
-        gap = state[:7] - self.path(np.array([start]))[0]
-        arm = self.path(start + offsets) + np.multiply.outer(np.exp(-offsets / self.tau), gap)
-        gripper = np.full((spec.chunk_len, 1), state[7])
-        actions = np.hstack([arm, gripper]).astype(np.float32)
-        return ActionChunk(actions=actions, stamp=start, mode=compute_mode)
-
-
-# -- processes -------------------------------------------------------------------------------
-
-
-@dataclass
-class NodeProcess:
-    spec: NodeSpec
-    module: str
-    popen: subprocess.Popen | None = None
-    starts: int = 0
-
-
-class Processes:
-    def __init__(self, env: dict, workdir: Path):
-        self.env, self.workdir = env, workdir
-        self.nodes: dict[str, NodeProcess] = {}
-
-    def start(self, node: NodeProcess) -> None:
-        self.nodes[node.spec.name] = node
-        params = self.workdir / f"{node.spec.name}.params.yaml"
-        params.write_text(params_file_content(node.spec))
-        node.starts += 1
-        log = open(self.workdir / f"{node.spec.name}.{node.starts}.log", "w")  # noqa: SIM115
-        node.popen = popen_child(
-            [sys.executable, "-m", node.module, *ros_arguments(node.spec, str(params))],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-
-    def kill(self, name: str) -> None:
-        popen = self.nodes[name].popen
-        popen.kill()
-        popen.wait()
-
-    def restart(self, name: str) -> None:
-        self.start(self.nodes[name])
-
-    def dead(self) -> list[str]:
-        return [n for n, p in self.nodes.items() if p.popen.poll() is not None]
-
-    def stop_all(self) -> None:
-        alive = [p.popen for p in self.nodes.values() if p.popen and p.popen.poll() is None]
-        for popen in alive:
-            popen.terminate()
-        deadline = time.monotonic() + 15.0
-        for popen in alive:
-            try:
-                popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                popen.kill()
-                popen.wait()
-
-    def log_tail(self, name: str, lines: int = 15) -> list[str]:
-        node = self.nodes[name]
-        path = self.workdir / f"{name}.{node.starts}.log"
-        return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
-
-
-def bench_nodes(settings: dict, endpoint: str) -> list[NodeProcess]:
+def bench_nodes(settings: dict, endpoint: str) -> list[NodeSpec]:
+    """Every process of the loop: the sim stack with its policy nodes, the
+    engine on `endpoint` and the fault injector in front of the safety node and the engine."""
     stack = resolve_stack(
         "sim",
         {
@@ -187,79 +97,46 @@ def bench_nodes(settings: dict, endpoint: str) -> list[NodeProcess]:
         params, remaps = dict(spec.parameters), dict(spec.remappings)
         if spec.name == "engine":
             params.update(endpoint=endpoint, remote_timeout_s=5.0)
-            remaps[topics.ACTION_CHUNK] = "/vla/action_chunk_raw"
+            remaps[topics.ACTION_CHUNK] = RAW_CHUNK
         elif spec.executable == "vla-camera":
             name = params["camera_name"]
-            remaps[topics.camera_image(name)] = f"/vla/fault/cameras/{name}/image_raw"
+            remaps[topics.camera_image(name)] = raw_camera_image(name)
         elif spec.name == "safety":
             params["consequence"] = settings["consequence"]
-        nodes.append(NodeProcess(replace(spec, parameters=params, remappings=tuple(remaps.items())),
-                                 node_module(spec.executable)))  # fmt: skip
-    injector = NodeSpec("fault_injector", "", {"use_sim_time": True, "cameras": ["scene", "wrist"]})
-    nodes.append(NodeProcess(injector, "vla_runtime.testing.fault_injector"))
+        # Every node at the default priority, as the bench's published figures were measured.
+        spec = replace(spec, parameters=params, remappings=tuple(remaps.items()), nice=0)
+        nodes.append(spec)
+    injector = {"use_sim_time": True, "cameras": ["scene", "wrist"]}
+    nodes.append(NodeSpec("fault_injector", "vla-fault-injector", injector))
     return nodes
 
 
 # -- what the bench sees ---------------------------------------------------------------------
 
 
-class Recorder:
-    """A node in this process that records the loop and publishes the bench's own faults.
-    `sim_now` is the driver's latest /joint_states stamp, which bad /clock messages cannot move."""
+class LoopRecorder(Recorder):
+    """What the bench sees of the loop, and its publisher of the faults from outside the stack.
+    Arrivals are stamped `sim_now`, the driver's latest /joint_states stamp, which bad /clock
+    messages cannot move."""
 
     def __init__(self, domain_id: int, robot):
-        import rclpy
-        from rclpy.context import Context
-        from rosgraph_msgs.msg import Clock
-        from sensor_msgs.msg import JointState
-        from std_msgs.msg import Bool, Empty, Float64MultiArray, String
-        from trajectory_msgs.msg import JointTrajectory
-
+        super().__init__("fault_bench", domain_id=domain_id, background=True)
         self.robot = robot
-        self.ctx = Context()
-        rclpy.init(context=self.ctx, domain_id=domain_id)
-        self.node = rclpy.create_node("fault_bench", context=self.ctx)
-        self.sim_now = 0.0
-        self.states: list[tuple[float, np.ndarray, np.ndarray]] = []
-        self.outputs: list[tuple[float, list]] = []  # (sim time received, driver command)
-        self.events: list[tuple[float, dict]] = []
-        self.chunks: list[tuple[float, float]] = []  # (sim time received, chunk stamp)
-        self.commands: list[float] = []  # sim time each /vla/command arrived
-        self.injected: list[dict] = []
+        self.clock = lambda: self.sim_now
+        # The bench publishes malformed joint states itself: those are not the arm's.
+        self.states = self.record_joints(robot.joints)
+        forward = topics.forward_command(robot.controllers["forward_position"])
+        self.outputs = self.record(Float64MultiArray, forward, 10000, lambda m: list(m.data))
+        self.events = self.record(String, topics.SAFETY_EVENTS, 10000, json_data)
+        self.chunks = self.record(JointTrajectory, topics.ACTION_CHUNK, 1000,
+                                  lambda m: to_seconds(m.header.stamp))  # fmt: skip
+        self.commands = self.record(JointState, topics.COMMAND, 1000, lambda _: None)
+        self.injected = self.record(String, FAULT_EVENTS, 1000, json_data, stamped=False)
+        self.faults = FaultPublisher(self.node, robot, self.clock, lambda: self.states[-1][1])
 
-        def on_state(msg):
-            try:  # the bench publishes malformed joint states itself: not the arm's
-                index = {n: i for i, n in enumerate(msg.name)}
-                cols = [index[j] for j in robot.joints]
-                q, dq = np.array(msg.position)[cols], np.array(msg.velocity)[cols]
-            except (KeyError, IndexError):
-                return
-            stamp = to_seconds(msg.header.stamp)
-            self.sim_now = stamp
-            self.states.append((stamp, q, dq))
-
-        sub, pub = self.node.create_subscription, self.node.create_publisher
-        sub(JointState, topics.JOINT_STATES, on_state, 100)
-        sub(Float64MultiArray, topics.forward_command(robot.controllers["forward_position"]),
-            lambda m: self.outputs.append((self.sim_now, list(m.data))), 10000)  # fmt: skip
-        sub(String, topics.SAFETY_EVENTS,
-            lambda m: self.events.append((self.sim_now, json.loads(m.data))), 10000)  # fmt: skip
-        sub(JointTrajectory, topics.ACTION_CHUNK, lambda m: self.chunks.append(
-            (self.sim_now, to_seconds(m.header.stamp))), 1000)  # fmt: skip
-        sub(JointState, topics.COMMAND, lambda m: self.commands.append(self.sim_now), 1000)
-        sub(String, FAULT_EVENTS, lambda m: self.injected.append(json.loads(m.data)), 1000)
-        self.pubs = {
-            "fault": pub(String, FAULT_COMMAND, 10),
-            "clock": pub(Clock, topics.CLOCK, 10),
-            "command": pub(JointState, topics.COMMAND, 100),
-            "state": pub(JointState, topics.JOINT_STATES, 10),
-            "chunk": pub(JointTrajectory, topics.ACTION_CHUNK, 10),
-            "estop_reset": pub(Empty, topics.ESTOP_RESET, 10),
-            "estop": pub(Bool, topics.ESTOP, 10),
-            "scene_xml": pub(String, topics.SIM_SCENE_XML, LATCHED),
-            "scene_state": pub(Float64MultiArray, topics.SIM_SCENE_STATE, 10),
-        }
-        self._spinner = BackgroundSpinner(self.ctx, [self.node]).start()
+    @property
+    def sim_now(self) -> float:
+        return self.states[-1][0] if self.states else 0.0
 
     def speed(self, window_s: float = 0.2) -> float:
         recent = [dq for t, _, dq in self.states[-200:] if t >= self.sim_now - window_s]
@@ -269,98 +146,6 @@ class Recorder:
         """The loop is closed: the arm moves and the gate has sent a command just now."""
         fresh = self.outputs and self.outputs[-1][0] >= self.sim_now - 0.1
         return bool(fresh) and self.speed() > MOVING_SPEED
-
-    def wait(self, condition, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if condition():
-                return True
-            time.sleep(0.02)
-        return False
-
-    def sim_sleep(self, seconds: float, timeout_s: float = 60.0) -> None:
-        end = self.sim_now + seconds
-        self.wait(lambda: self.sim_now >= end, timeout_s)
-
-    def fault(self, **command) -> None:
-        from std_msgs.msg import String
-
-        self.pubs["fault"].publish(String(data=json.dumps(command)))
-
-    def close(self) -> None:
-        self._spinner.close()
-        self.node.destroy_node()
-        self.ctx.try_shutdown()
-
-
-# -- the faults the bench publishes itself ---------------------------------------------------
-
-
-def _stamp(msg_stamp, seconds: float) -> None:
-    msg_stamp.sec, msg_stamp.nanosec = divmod(round(seconds * 1e9), 10**9)
-
-
-def publish_bad_clock(rec: Recorder, offset_s: float, seconds: float = 0.2) -> None:
-    """/clock messages `offset_s` away from the sim's, interleaved with the driver's own."""
-    from rosgraph_msgs.msg import Clock
-
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        msg = Clock()
-        _stamp(msg.clock, rec.sim_now + offset_s)
-        rec.pubs["clock"].publish(msg)
-        time.sleep(0.004)
-
-
-def publish_garbage_commands(rec: Recorder, seconds: float = 1.0, seed: int = 0) -> None:
-    """NaN/Inf, far out of range and 0.5 rad steps on /vla/command next to the streamer's."""
-    from sensor_msgs.msg import JointState
-
-    rng = np.random.default_rng(seed)
-    names = [*rec.robot.joints, rec.robot.gripper_joints[0]]
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        q = rec.states[-1][1].copy()
-        kind = rng.integers(3)
-        j = rng.integers(len(q))
-        q[j] = (rng.choice([math.nan, math.inf, -math.inf]), rng.choice([-10.0, 10.0]),
-                q[j] + rng.choice([-0.5, 0.5]))[kind]  # fmt: skip
-        msg = JointState(name=names, position=[*map(float, q), 0.04])
-        _stamp(msg.header.stamp, rec.sim_now)
-        rec.pubs["command"].publish(msg)
-        time.sleep(0.004)
-
-
-def publish_malformed_inputs(rec: Recorder) -> int:
-    """Malformed messages on every input of the safety node; returns how many were chunks."""
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Bool, Empty, Float64MultiArray
-
-    names = [*rec.robot.joints, rec.robot.gripper_joints[0]]
-    pubs = rec.pubs
-    pubs["state"].publish(JointState(name=names[:3], position=[0.0] * 3))
-    pubs["state"].publish(JointState(name=names, position=[0.0] * 2))
-    pubs["command"].publish(JointState(name=["x"] * 8, position=[0.0] * 8))
-    pubs["command"].publish(JointState(name=names, position=[0.0]))
-    pubs["scene_state"].publish(Float64MultiArray(data=[1.0, 2.0]))
-    pubs["estop_reset"].publish(Empty())  # a reset with nothing latched must change nothing
-    pubs["estop"].publish(Bool(data=False))
-
-    def chunk(rows, times, joint_names=names):
-        return chunk_msg(joint_names, rec.sim_now, times, rows)
-
-    q = [*rec.states[-1][1].tolist(), 0.04]
-    bad = [
-        chunk([q, [0.0], q], [0.1, 0.2, 0.3]),  # ragged
-        chunk([], []),  # no points
-        chunk([q] * 3, [0.1, 0.2, 0.3], [*names[:7], names[0]]),  # duplicated names
-        chunk([q] * 3, [0.1, 0.3, 0.2]),  # time going backwards
-        chunk([[math.nan] * 8, q, q], [0.1, 0.2, 0.3]),  # NaN
-    ]
-    for msg in bad:
-        pubs["chunk"].publish(msg)
-        time.sleep(0.05)
-    return len(bad)
 
 
 # -- one fault -------------------------------------------------------------------------------
@@ -387,7 +172,7 @@ class Window:
 DROP_WAIT_PER_CHUNK_S = 5.0  # > the streamer's request timeout (2 s) + an inference
 
 
-def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window:
+def inject(name: str, rec: LoopRecorder, procs: Supervisor, settings: dict) -> Window:
     marks = {"outputs": len(rec.outputs), "events": len(rec.events), "states": len(rec.states),
              "chunks": len(rec.chunks), "injected": len(rec.injected)}  # fmt: skip
     # Strike while the arm moves fast, so that stopping it is a real test.
@@ -400,28 +185,28 @@ def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window
     elif name.startswith("drop_"):
         count = name.removeprefix("drop_")
         if count == "all":
-            rec.fault(fault="drop", seconds=observe)
+            rec.faults.fault(fault="drop", seconds=observe)
         else:
-            rec.fault(fault="drop", count=int(count))
+            rec.faults.fault(fault="drop", count=int(count))
     elif name.startswith("delay_"):
-        rec.fault(fault="delay", seconds=float(name[6:-2]) / 1e3, count=3)
+        rec.faults.fault(fault="delay", seconds=float(name[6:-2]) / 1e3, count=3)
     elif name == "frozen_camera":
-        rec.fault(fault="freeze", camera="scene", seconds=observe)
+        rec.faults.fault(fault="freeze", camera="scene", seconds=observe)
     elif name == "garbage_commands":
-        publish_garbage_commands(rec)
+        rec.faults.garbage_commands()
     elif name == "malformed_inputs":
-        publish_malformed_inputs(rec)
+        rec.faults.malformed_inputs()
     elif name.startswith("clock_jump"):
-        publish_bad_clock(rec, 2.0 if name.endswith("ahead") else -2.0)
+        rec.faults.bad_clock(2.0 if name.endswith("ahead") else -2.0)
     elif name.startswith("kill_"):
         node = name.removeprefix("kill_")
-        last = rec.commands[-1] if node == "streamer" and rec.commands else None
-        procs.kill(node)
+        last = rec.commands[-1][0] if node == "streamer" and rec.commands else None
+        procs[node].kill()
         window.onset = rec.sim_now
         window.reference = last if last is not None else window.onset
     else:
         raise ValueError(f"unknown fault {name!r}; choose from {ALL_FAULTS}")
-    rec.sim_sleep(observe)
+    rec.wait_elapsed(observe)
     if name.startswith("drop_") and name != "drop_all":
         # Each dropped chunk costs the streamer a request timeout before it asks again, so the
         # window lasts until every chunk asked for was withheld (bounded).
@@ -436,10 +221,10 @@ def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window
         rec.wait(lambda: withheld() >= wanted, DROP_WAIT_PER_CHUNK_S * wanted)
     if name.startswith("kill_"):
         node = name.removeprefix("kill_")
-        procs.restart(node)
+        procs[node].start()
         if node == "safety":
             window.safety_down = (window.onset, _first_chunk_of_new_safety(rec, window, 120.0))
-    rec.fault(fault="clear")
+    rec.faults.fault(fault="clear")
     started = rec.sim_now
     if rec.wait(rec.running, settings["recover_timeout_s"]):
         window.recovered_s = rec.sim_now - started
@@ -447,7 +232,7 @@ def inject(name: str, rec: Recorder, procs: Processes, settings: dict) -> Window
     return window
 
 
-def _first_chunk_of_new_safety(rec: Recorder, window: Window, timeout_s: float) -> float:
+def _first_chunk_of_new_safety(rec: LoopRecorder, window: Window, timeout_s: float) -> float:
     """When the chunk that a restarted safety node numbers 1 reached /vla/action_chunk: every
     chunk sent before it went to no safety node at all (DDS delivers one publisher in order)."""
     first = []
@@ -463,7 +248,7 @@ def _first_chunk_of_new_safety(rec: Recorder, window: Window, timeout_s: float) 
     return next((t for t, s in reversed(rec.chunks) if round(s, 6) == stamp), rec.sim_now) - 1e-6
 
 
-def summarize(window: Window, rec: Recorder, audit, gate_config: dict, settings: dict) -> dict:
+def summarize(window: Window, rec: LoopRecorder, audit, gate_config: dict, settings: dict) -> dict:
     m = window.marks
     in_window = [i for i in audit.unsafe_indices if m["outputs"] <= i < window.end_outputs]
     states = [s for s in rec.states[m["states"] :] if s[0] <= window.end]
@@ -518,7 +303,7 @@ def _describe(event: dict) -> str:
     return event.get("event", "?")
 
 
-def account(windows: list[Window], rec: Recorder) -> None:
+def account(windows: list[Window], rec: LoopRecorder) -> None:
     """Match every chunk that reached /vla/action_chunk with a verdict; attribute the rest to
     the window in which it was sent (or to the safety node being down, when it was)."""
     verdicts = [e["stamp"] for _, e in rec.events if e.get("event") == "chunk"]
@@ -554,43 +339,39 @@ def run_bench(
                     consequence=consequence, recover_timeout_s=recover_timeout_s)  # fmt: skip
     robot = load_robot("fr3")
     claim = claim_domain()
-    env = claim.env()
-    env.update(PYTHONUNBUFFERED="1", RCUTILS_COLORIZED_OUTPUT="0")
-    env.setdefault("MUJOCO_GL", "egl")
     started = time.monotonic()
     server = PolicyServer(SwayPolicy(image_size), bind="tcp://127.0.0.1:0").start()
+    procs = Supervisor(node_env(claim), "vla_fault_bench_")
     rec = None
     windows: list[Window] = []
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: 0)
-    with tempfile.TemporaryDirectory(prefix="vla_fault_bench_") as tmp:
-        procs = Processes(env, Path(tmp))
-        try:
-            rec = Recorder(claim.domain_id, robot)
-            for node in bench_nodes(settings, server.endpoint):
-                procs.start(node)
-            say(f"fault bench: {len(procs.nodes)} nodes on ROS_DOMAIN_ID={claim.domain_id}")
-            if not rec.wait(rec.running, startup_timeout_s):
-                dead = procs.dead()
-                raise RuntimeError(
-                    f"the loop did not start moving in {startup_timeout_s:.0f} s; dead: {dead}; "
-                    + " | ".join(f"{n}: {procs.log_tail(n, 5)}" for n in (dead or ["safety"]))
-                )
-            say(f"loop running after {time.monotonic() - started:.0f} s")
-            for name in faults:
-                rec.wait(rec.running, recover_timeout_s)
-                window = inject(name, rec, procs, settings)
-                window.end_outputs = len(rec.outputs)
-                window.end_injected = len(rec.injected)
-                windows.append(window)
-                say(f"  {name}: recovered in {window.recovered_s} s")
-            rec.sim_sleep(1.0)  # the last verdicts
-            dead = procs.dead()
-        finally:
-            procs.stop_all()
-            if rec is not None:
-                rec.close()
-            server.close()
-            claim.release()
+    try:
+        rec = LoopRecorder(claim.domain_id, robot)
+        for spec in bench_nodes(settings, server.endpoint):
+            procs.start(spec)
+        say(f"fault bench: {len(procs)} nodes on ROS_DOMAIN_ID={claim.domain_id}")
+        if not rec.wait(rec.running, startup_timeout_s):
+            dead = [p.name for p in procs.dead()]
+            raise RuntimeError(
+                f"the loop did not start moving in {startup_timeout_s:.0f} s; dead: {dead}; "
+                + " | ".join(f"{n}: {list(procs[n].tail)[-5:]}" for n in (dead or ["safety"]))
+            )
+        say(f"loop running after {time.monotonic() - started:.0f} s")
+        for name in faults:
+            rec.wait(rec.running, recover_timeout_s)
+            window = inject(name, rec, procs, settings)
+            window.end_outputs = len(rec.outputs)
+            window.end_injected = len(rec.injected)
+            windows.append(window)
+            say(f"  {name}: recovered in {window.recovered_s} s")
+        rec.wait_elapsed(1.0)  # the last verdicts
+        dead = [p.name for p in procs.dead()]
+    finally:
+        procs.close()
+        if rec is not None:
+            rec.close()
+        server.close()
+        claim.release()
 
     gate_config = {"command_timeout": 0.1, "period": 0.004}
     segment_starts, gaps = _restarts(windows, rec)
@@ -625,7 +406,7 @@ def run_bench(
     }
 
 
-def _restarts(windows: list[Window], rec: Recorder) -> tuple[list[int], list[float]]:
+def _restarts(windows: list[Window], rec: LoopRecorder) -> tuple[list[int], list[float]]:
     """Indices of the first command of each restarted gate, and how long the arm held before."""
     starts, gaps = [], []
     times = [t for t, _ in rec.outputs]

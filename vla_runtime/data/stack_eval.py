@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,8 +43,8 @@ from vla_runtime.sim.tasks import (
     scene_colours,
 )
 from vla_runtime.stack.isolation import claim_domain
-from vla_runtime.stack.launcher import node_env, start_node, stop_nodes
 from vla_runtime.stack.resolver import Stack, resolve_stack
+from vla_runtime.stack.supervisor import Supervisor, node_env
 
 STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of a fresh stack
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
@@ -180,13 +179,11 @@ class StackHarness:
 
         self.stack = stack
         self.claim = claim_domain()
-        env = node_env(self.claim)
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"vla_eval_{stack.name}_")
-        self.procs = []
+        self.procs = Supervisor(node_env(self.claim), f"vla_eval_{stack.name}_", echo)
         self._reader = None
         try:
             for spec in stack.nodes:
-                self.procs.append(start_node(spec, env, Path(self._tmp.name), echo))
+                self.procs.start(spec)
             self.context, self.node, self.executor = private_node("vla_eval", self.claim.domain_id)
         except BaseException:
             self.close()
@@ -251,11 +248,11 @@ class StackHarness:
 
     # -- control ---------------------------------------------------------------------------
     def dead_node(self) -> str | None:
-        for p in self.procs:
-            if p.popen.poll() is not None:
-                tail = " | ".join(list(p.tail)[-3:])
-                return f"node {p.name} exited with {p.popen.returncode}: {tail}"[:500]
-        return None
+        dead = self.procs.dead()
+        if not dead:
+            return None
+        tail = " | ".join(list(dead[0].tail)[-3:])
+        return f"node {dead[0].name} exited with {dead[0].returncode}: {tail}"[:500]
 
     def forget_reports(self) -> None:
         """Drop what the stack reported so far (between episodes: each episode's figures are
@@ -311,9 +308,8 @@ class StackHarness:
 
     def close(self) -> None:
         close_private_node(self)
-        stop_nodes(self.procs)
+        self.procs.close()
         self.claim.release()
-        self._tmp.cleanup()
 
 
 class StackDied(RuntimeError):

@@ -11,111 +11,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from dataclasses import dataclass
 from pathlib import Path
 
 from vla_runtime.ros.runtime import BackgroundSpinner
 from vla_runtime.stack.isolation import DomainClaim, claim_domain
 from vla_runtime.stack.monitor import RunMonitor
-from vla_runtime.stack.process import popen_child
-from vla_runtime.stack.resolver import NodeSpec, Stack, params_file_content, ros_arguments
-
-STOP_GRACE_S = 10.0  # SIGINT -> SIGTERM
-KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL
-
-
-def node_module(executable: str) -> str:
-    """The module behind a console script of this package (started with `python -m`)."""
-    for ep in entry_points(group="console_scripts"):
-        if ep.name == executable:
-            return ep.module
-    raise RuntimeError(
-        f"unknown executable {executable!r}: is vla_runtime installed (pip install -e .)?"
-    )
-
-
-@dataclass
-class NodeProcess:
-    spec: NodeSpec
-    popen: subprocess.Popen
-    tail: deque = field(default_factory=lambda: deque(maxlen=40))
-    stopped_by_us: bool = False
-    escalated: str | None = None
-    pump: threading.Thread | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def pump_output(self, echo: bool) -> None:
-        for line in self.popen.stdout:
-            line = line.rstrip("\n")
-            self.tail.append(line)
-            if echo:
-                print(f"[{self.name}] {line}", flush=True)
-
-
-def node_env(claim: DomainClaim, localhost_only: bool = True) -> dict[str, str]:
-    """The environment every node process of a stack starts with."""
-    env = claim.env(localhost_only=localhost_only)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("MUJOCO_GL", "egl")
-    env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")
-    return env
-
-
-def start_node(spec: NodeSpec, env: dict[str, str], workdir: Path, echo: bool) -> NodeProcess:
-    params = workdir / f"{spec.name}.params.yaml"
-    params.write_text(params_file_content(spec))
-    cmd = [sys.executable, "-m", node_module(spec.executable), *ros_arguments(spec, str(params))]
-    popen = popen_child(
-        cmd,
-        nice=spec.nice,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        bufsize=1,
-        start_new_session=True,  # Ctrl-C reaches the launcher only; it stops nodes in order
-    )
-    proc = NodeProcess(spec, popen)
-    proc.pump = threading.Thread(target=proc.pump_output, args=(echo,), daemon=True)
-    proc.pump.start()
-    return proc
-
-
-def stop_nodes(procs: list[NodeProcess]) -> None:
-    """SIGINT every live node, then SIGTERM, then SIGKILL the ones that still run."""
-    for sig, grace, label in (
-        (signal.SIGINT, STOP_GRACE_S, None),
-        (signal.SIGTERM, KILL_GRACE_S, "SIGTERM"),
-        (signal.SIGKILL, KILL_GRACE_S, "SIGKILL"),
-    ):
-        alive = [p for p in procs if p.popen.poll() is None]
-        if not alive:
-            return
-        for p in alive:
-            p.stopped_by_us = True
-            if label:
-                p.escalated = label
-            try:
-                p.popen.send_signal(sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        for p in alive:
-            try:
-                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+from vla_runtime.stack.resolver import Stack
+from vla_runtime.stack.supervisor import NodeProcess, Supervisor, node_env
 
 
 class _Monitor:
@@ -167,75 +73,74 @@ def run_stack(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     claim = claim_domain(domain_id)
-    env = node_env(claim, localhost_only)
-    procs: list[NodeProcess] = []
+    supervisor = Supervisor(node_env(claim, localhost_only), f"vla_{stack.name}_", echo)
     monitor = None
     died: NodeProcess | None = None
     started_wall = time.monotonic()
     clock_start = None
     covered_s = 0.0
     try:
-        with tempfile.TemporaryDirectory(prefix=f"vla_{stack.name}_") as tmp:
-            where = "localhost" if localhost_only else "default discovery range"
-            print(
-                f"stack {stack.name!r}: {len(stack.nodes)} nodes on ROS_DOMAIN_ID="
-                f"{claim.domain_id} ({where})",
-                flush=True,
-            )
-            for note in notes:  # after the domain line, which tools read first
-                print(note, file=sys.stderr, flush=True)
-            monitor = _Monitor(stack, claim) if measure else None
-            for spec in stack.nodes:
-                procs.append(start_node(spec, env, Path(tmp), echo))
-            # Stack time: sim time once /clock runs (sim stacks), wall time otherwise. The wall
-            # guard ends a run whose clock stalls (e.g. the sim driver never started).
-            wall_guard = None if duration_s is None else 2 * duration_s + 60
-            while not stop_requested.is_set():
-                died = next((p for p in procs if p.popen.poll() is not None), None)
-                if died is not None:
-                    break
-                now = monitor.now_s() if monitor else time.monotonic() - started_wall
-                if stack.use_sim_time and monitor and now <= 0.0:
-                    now = None  # no /clock yet
-                if now is not None and clock_start is None:
-                    clock_start = now
-                if clock_start is not None:
-                    covered_s = now - clock_start
-                if duration_s is not None and covered_s >= duration_s:
-                    break
-                if wall_guard is not None and time.monotonic() - started_wall > wall_guard:
-                    print(
-                        f"stack clock advanced only {covered_s:.1f} s in {wall_guard:.0f} s "
-                        "of wall time; stopping",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    break
-                time.sleep(0.05)
-            report = monitor.node.report() if monitor else {}
-            stop_nodes(procs)
+        where = "localhost" if localhost_only else "default discovery range"
+        print(
+            f"stack {stack.name!r}: {len(stack.nodes)} nodes on ROS_DOMAIN_ID="
+            f"{claim.domain_id} ({where})",
+            flush=True,
+        )
+        for note in notes:  # after the domain line, which tools read first
+            print(note, file=sys.stderr, flush=True)
+        monitor = _Monitor(stack, claim) if measure else None
+        for spec in stack.nodes:
+            supervisor.start(spec)
+        # Stack time: sim time once /clock runs (sim stacks), wall time otherwise. The wall
+        # guard ends a run whose clock stalls (e.g. the sim driver never started).
+        wall_guard = None if duration_s is None else 2 * duration_s + 60
+        while not stop_requested.is_set():
+            died = next(iter(supervisor.dead()), None)
+            if died is not None:
+                break
+            now = monitor.now_s() if monitor else time.monotonic() - started_wall
+            if stack.use_sim_time and monitor and now <= 0.0:
+                now = None  # no /clock yet
+            if now is not None and clock_start is None:
+                clock_start = now
+            if clock_start is not None:
+                covered_s = now - clock_start
+            if duration_s is not None and covered_s >= duration_s:
+                break
+            if wall_guard is not None and time.monotonic() - started_wall > wall_guard:
+                print(
+                    f"stack clock advanced only {covered_s:.1f} s in {wall_guard:.0f} s "
+                    "of wall time; stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                break
+            time.sleep(0.05)
+        report = monitor.node.report() if monitor else {}
+        supervisor.stop()
     finally:
         if monitor is not None:
             monitor.close()
-        stop_nodes(procs)
+        supervisor.close()
         claim.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
+    executables = {spec.name: spec.executable for spec in stack.nodes}
     nodes = {}
-    for p in procs:
-        code = p.popen.returncode
+    for p in supervisor:
+        code = p.returncode
         nodes[p.name] = {
-            "executable": p.spec.executable,
+            "executable": executables[p.name],
             "exit_code": code,
             "clean": p.stopped_by_us and code == 0 and p.escalated is None,
             **({"escalated_to": p.escalated} if p.escalated else {}),
         }
     if died is not None:
         nodes[died.name]["died"] = True
-    for p in procs:
+    for p in supervisor:
         if p is died or not nodes[p.name]["clean"]:
-            p.pump.join(timeout=2.0)  # the last lines explain the exit
+            p.drain()  # the last lines explain the exit
             nodes[p.name]["last_output"] = list(p.tail)[-40:]
     report.update(
         stack=stack.name,

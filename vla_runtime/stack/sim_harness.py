@@ -11,10 +11,8 @@ instruction on /vla/instruction, and in lock-step one control period of physics 
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 from rclpy.qos import qos_profile_sensor_data
@@ -31,8 +29,8 @@ from vla_runtime.ros.runtime import close_private_node, private_node
 from vla_runtime.sim.env import PHYSICS_STEPS, Frame
 from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator, make_setup
 from vla_runtime.stack.isolation import claim_domain
-from vla_runtime.stack.launcher import NodeProcess, node_env, start_node, stop_nodes
 from vla_runtime.stack.resolver import Stack, resolve_stack
+from vla_runtime.stack.supervisor import Supervisor, node_env
 
 STARTUP_TIMEOUT_S = 120.0
 STEP_TIMEOUT_S = 20.0
@@ -84,13 +82,11 @@ class SimStack:
             n.parameters["camera_name"] for n in self.stack.nodes if n.executable == "vla-camera"
         )
         self.claim = claim_domain()
-        self.processes: list[NodeProcess] = []
+        self.processes = Supervisor(node_env(self.claim), "vla_stack_")
         self.node = None
-        self._workdir = tempfile.TemporaryDirectory(prefix="vla_stack_")
         try:
-            env = node_env(self.claim)
             for spec in self.stack.nodes:
-                self.processes.append(start_node(spec, env, Path(self._workdir.name), echo=False))
+                self.processes.start(spec)
             self.context, self.node, self.executor = private_node(
                 "vla_collector", self.claim.domain_id
             )
@@ -121,18 +117,13 @@ class SimStack:
 
     # -- processes -------------------------------------------------------------------------
     def check_processes(self) -> None:
-        for process in self.processes:
-            if process.popen.poll() is not None:
-                tail = "\n".join(process.tail)
-                raise RuntimeError(
-                    f"node {process.name} exited with {process.popen.returncode}:\n{tail}"
-                )
+        for process in self.processes.dead():
+            tail = "\n".join(process.tail)
+            raise RuntimeError(f"node {process.name} exited with {process.returncode}:\n{tail}")
 
     def close(self) -> None:
         close_private_node(self)
-        stop_nodes(self.processes)
-        self.processes = []
-        self._workdir.cleanup()
+        self.processes.close()
         self.claim.release()
 
     # -- subscriptions ---------------------------------------------------------------------

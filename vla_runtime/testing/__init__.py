@@ -1,2 +1,2 @@
-"""Tools for testing a stack on purpose: the fault injector node that `bench faults` and the
-fault tests place between the runtime's nodes."""
+"""Tools for testing a stack on purpose, shared by bench/ and test/: the fault injector node, the
+publisher of the faults from outside the stack, the scripted policy and the recorder node."""
