@@ -32,6 +32,7 @@ from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import width_from_opening
 from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import (
@@ -215,7 +216,7 @@ class SafetyNode(Node):
             arm = [msg.position[index[j]] for j in self.robot.joints]
             width = None
             if self._gripper_joint in index:
-                width = 2.0 * msg.position[index[self._gripper_joint]]
+                width = width_from_opening(msg.position[index[self._gripper_joint]])
         except (KeyError, IndexError):
             arm, width = [math.nan], None  # the gate rejects and reports it
         self.gate.command(arm, width, to_seconds(msg.header.stamp), now)
@@ -345,11 +346,11 @@ class SafetyNode(Node):
         arm = verdict.positions[:, [names.index(j) for j in self.robot.joints]]
         ahead = verdict.stamp + verdict.times - now
         live = ahead > 0.0
-        widths = None
+        openings = None
         if self._gripper_joint in names:
-            widths = 2.0 * verdict.positions[live, names.index(self._gripper_joint)]
+            openings = verdict.positions[live, names.index(self._gripper_joint)]
         started = time.perf_counter()
-        result = self._consequence.rollout(self._scene_qpos, dq, ahead[live], arm[live], widths)
+        result = self._consequence.rollout(self._scene_qpos, dq, ahead[live], arm[live], openings)
         numbers = {f"rollout_{k}": v for k, v in result.numbers.items()}
         numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
         if result.safe:
