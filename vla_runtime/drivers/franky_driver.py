@@ -28,16 +28,16 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from vla_runtime.core import topics
-from vla_runtime.core.gripper import opening_from_width, width_refusal
-from vla_runtime.core.gripper_intent import GripperIntent, GripperIntentConfig
-from vla_runtime.core.robot import load_robot
-from vla_runtime.core.stats import Reservoir
-from vla_runtime.core.streaming_command import (
+from vla_runtime.core.direct_driver import (
     LIBFRANKA_ERROR_KINDS,
     ArmCommand,
     Reconnector,
     classify_libfranka_error,
 )
+from vla_runtime.core.gripper import opening_from_width, width_refusal
+from vla_runtime.core.gripper_intent import GripperIntent, GripperIntentConfig
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.stats import Reservoir
 from vla_runtime.drivers.command_topics import CommandTopics
 from vla_runtime.ros.runtime import run_node
 

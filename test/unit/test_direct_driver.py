@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vla_runtime.core.streaming_command import ArmCommand, Reconnector, classify_libfranka_error
+from vla_runtime.core.direct_driver import ArmCommand, Reconnector, classify_libfranka_error
 
 JOINTS = ("j1", "j2")
 LOWER, UPPER = (-1.0, -2.0), (1.0, 2.0)
