@@ -78,6 +78,20 @@ def test_one_goal_in_flight_then_the_latest_intent():
     assert intent.due(0.7) == OPEN_GOAL
 
 
+def test_a_driver_polling_the_latest_width_calls_only_on_changes_and_one_at_a_time():
+    intent = GripperIntent(GripperIntentConfig(max_width=W))  # the franky driver's: defaults
+    assert intent.due(0.0) is None  # no width yet
+    intent.command(0.08)
+    token = intent.mark_sent(intent.due(0.0), 0.0)
+    intent.command(0.0)
+    assert intent.due(0.5) is None  # the move is still running
+    intent.finished(token)
+    intent.command(0.078)  # open already: a smaller opening is no new call
+    assert intent.due(1.0) is None
+    intent.command(0.005)
+    assert intent.due(1.1) == GRASP_GOAL
+
+
 def test_a_goal_without_result_counts_lost_after_the_timeout():
     intent = make(goal_timeout_s=5.0)
     intent.command(0.0)

@@ -26,8 +26,8 @@ class FakeConsequence:
     def __init__(self, hazards=()):
         self.hazards, self.calls = list(hazards), []
 
-    def rollout(self, qpos, arm_velocity, times, arm_positions, gripper_widths=None):
-        self.calls.append((qpos, arm_velocity, times, arm_positions, gripper_widths))
+    def rollout(self, qpos, arm_velocity, times, arm_positions, gripper_openings=None):
+        self.calls.append((qpos, arm_velocity, times, arm_positions, gripper_openings))
         return Result(self.hazards, {"max_contact_n": 3.0})
 
 
@@ -41,17 +41,17 @@ def test_only_the_part_ahead_is_rolled_out_in_robot_joint_order():
     consequence = FakeConsequence()
     verdict = rollout_verdict(VERDICT, CHUNK, 10.15, "dq", consequence, "qpos", ["j1", "j2"],
                               "finger")  # fmt: skip
-    qpos, dq, times, arm, widths = consequence.calls[0]
+    qpos, dq, times, arm, openings = consequence.calls[0]
     assert (qpos, dq) == ("qpos", "dq")
     np.testing.assert_allclose(times, [0.05, 0.15])
     np.testing.assert_array_equal(arm, [[1.1, 2.1], [1.2, 2.2]])
-    np.testing.assert_allclose(widths, [0.04, 0.06])  # both fingers
+    np.testing.assert_allclose(openings, [0.02, 0.03])  # the chunk's finger column
     assert verdict.decision == ACCEPT and verdict.times is VERDICT.times
     assert verdict.numbers["time_scale"] == 1.0 and verdict.numbers["rollout_max_contact_n"] == 3.0
     assert verdict.numbers["rollout_ms"] >= 0.0
 
 
-def test_a_hazard_vetoes_and_no_gripper_column_rolls_out_without_widths():
+def test_a_hazard_vetoes_and_no_gripper_column_rolls_out_without_openings():
     consequence = FakeConsequence(["cube pushed off the table", "hard contact"])
     verdict = rollout_verdict(VERDICT, CHUNK, 10.0, "dq", consequence, "qpos", ["j1", "j2"], None)
     assert consequence.calls[0][4] is None

@@ -1,10 +1,13 @@
-"""Gripper widths -> open/close goals for a gripper driven by actions (franka_gripper), pure logic.
+"""Gripper widths -> open/close goals for a Franka Hand, pure logic: the one policy of every
+driver path (franka_gripper's actions on franka_ros2, franky's Gripper on the direct driver).
 
 The safety gate streams the gripper width at control rate (ramped at the gripper's speed). A
-Franka Hand takes one blocking goal at a time (about a second each): franka_gripper's `move`
-(go to a width) and `grasp` (close until the force is reached, succeeding when the final width d
-satisfies width - epsilon.inner < d < width + epsilon.outer). So the stream becomes an open /
-close intent with hysteresis, and a goal goes out only when the intent changes:
+Franka Hand takes one blocking goal at a time (about a second each): libfranka's `move` (go to
+a width) and `grasp` (close until the force is reached, succeeding when the final width d
+satisfies width - epsilon.inner < d < width + epsilon.outer). Only a grasp holds an object (a
+move the object blocks ends in failure), and a ramp must not become a train of goals. So the
+stream becomes an open / close intent with hysteresis, and a goal goes out only when the intent
+changes:
 
 - width <= close_below: closed -> Grasp(width 0, epsilon.outer = max width: holding anything
   counts as success, force `force`);
@@ -13,7 +16,7 @@ close intent with hysteresis, and a goal goes out only when the intent changes:
   toggles); at start-up the nearer side is taken.
 
 One goal is in flight at a time: a change of intent waits for the running goal's result (a
-franka_gripper goal cannot be preempted cleanly); a goal without a result after `goal_timeout_s`
+Franka Hand goal cannot be preempted cleanly); a goal without a result after `goal_timeout_s`
 counts as lost. A failed goal is not retried (a blocked move would retry forever): the next
 change of intent sends the next goal.
 """

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from ruckig import ControlInterface, InputParameter, Result, Ruckig, RuckigError, Trajectory
 
+from vla_runtime.core.gripper import max_finger_speed
 from vla_runtime.core.robot import RobotConfig
 
 # The robot files give no derivative limits for the gripper finger; these reach the finger's
@@ -43,12 +44,12 @@ class Limits:
 
 
 def limits_for(robot: RobotConfig, with_gripper: bool = True) -> Limits:
-    """The robot's arm limits, plus one finger column (its speed is half the width speed)."""
+    """The robot's arm limits, plus one finger column (the chunks' gripper column)."""
     velocity = list(robot.velocity)
     acceleration = list(robot.acceleration)
     jerk = list(robot.jerk)
     if with_gripper:
-        finger_speed = robot.gripper_max_speed / 2.0 or 0.05
+        finger_speed = max_finger_speed(robot) or 0.05
         finger_acceleration = finger_speed * GRIPPER_ACCELERATION_PER_SPEED
         velocity.append(finger_speed)
         acceleration.append(finger_acceleration)

@@ -8,7 +8,7 @@ INFERENCE_REQUEST = "/vla/inference_request"
 # Action chunks (trajectory_msgs/JointTrajectory): header.stamp = capture time of the newest
 # image used; points[k].time_from_start = when action k applies, relative to that stamp;
 # joint_names = arm joints + the gripper joint (e.g. fr3_finger_joint1, one finger's opening
-# in m = gripper width / 2, the unit the JointTrajectoryController uses).
+# in m = gripper width / 2, the unit the JointTrajectoryController uses; core/gripper.py).
 ACTION_CHUNK = "/vla/action_chunk"
 CHECKED_CHUNK = "/vla/checked_chunk"
 # Control-rate setpoint from the streamer to the safety gate: sensor_msgs/JointState with

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scene_change import change, thumbnail
 from vla_runtime.core.scheduler import FULL, TIER_NAMES, PhaseScheduler, SchedulerConfig
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 
 GRIPPER_COLUMN = 7  # state/action: 7 arm joints + gripper width (m, both fingers)
-FINGERS = 2  # the scheduler works in one finger's opening (width / 2)
 
 
 def critical_frames(gripper: np.ndarray, window: int, jump_fraction: float = 0.1) -> np.ndarray:
@@ -57,7 +57,7 @@ def episode_features(state, action, images: dict, dt: float, window: int, execut
     accel[2 * lag :] = np.abs(velocity[2 * lag :] - velocity[lag:-lag]).max(axis=1) / (lag * dt)
     width = state[:, GRIPPER_COLUMN]
     finger_speed = np.full(len(arm), np.nan)
-    finger_speed[1:] = np.abs(np.diff(width)) / FINGERS / dt
+    finger_speed[1:] = opening_from_width(np.abs(np.diff(width))) / dt
     changes = {}
     for camera, frames in images.items():
         thumbs = [thumbnail(f) for f in frames]
@@ -109,7 +109,7 @@ def fit(features: list[dict], base: SchedulerConfig, window: int) -> SchedulerCo
             "image_change_stable": min(stable.values(), default=base.image_change_stable),
             "camera_stable": stable,
             "image_change_full": _percentile(all_changes, 97.5, base.image_change_full),
-            "gripper_delta": 0.1 * span / FINGERS if span > 0 else base.gripper_delta,
+            "gripper_delta": opening_from_width(0.1 * span) if span > 0 else base.gripper_delta,
             # a quarter of the finger speed seen while it actually moves near transitions
             "gripper_speed": 0.25 * _percentile(critical_finger[critical_finger > 0], 50, 0.0)
             or base.gripper_speed,
@@ -127,13 +127,15 @@ def replay(config: SchedulerConfig, state, action, images: dict, dt: float, exec
     tiers, reasons, crit, crit_full = Counter(), Counter(), 0, 0
     horizon = 16
     for t in range(len(state)):
-        tracker.joint_state(t * dt, state[t, :GRIPPER_COLUMN], state[t, GRIPPER_COLUMN] / FINGERS)
+        opening = opening_from_width(state[t, GRIPPER_COLUMN])
+        tracker.joint_state(t * dt, state[t, :GRIPPER_COLUMN], opening)
         for camera, frames in images.items():
             tracker.image(camera, frames[t])
         if t % execute:
             continue
         # the plan: the demonstration's next actions, action k at t*dt + (k + 1) dt
-        tracker.plan(t * dt, dt, action[t + 1 : t + 1 + horizon, GRIPPER_COLUMN] / FINGERS)
+        plan = action[t + 1 : t + 1 + horizon, GRIPPER_COLUMN]
+        tracker.plan(t * dt, dt, opening_from_width(plan))
         _, decision = scheduler.decide()
         scheduler.inference_done(decision.mode, {})
         tiers[TIER_NAMES[decision.tier]] += 1

@@ -36,6 +36,7 @@ from tqdm import tqdm
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
@@ -252,10 +253,8 @@ def evaluate_stack(
                     result.latencies_ms.append(latency)
                 first = False
                 result.chunks += 1
-                # the chunk's gripper column is one finger's opening (width / 2)
-                finger_max = stack.robot.gripper_max_width / 2
                 chunk = chunk_from_msg(msg)
-                rows = clip_to_limits(chunk.positions, stack.robot, finger_max)
+                rows = clip_to_limits(chunk.positions, stack.robot, max_opening(stack.robot))
                 # the chunk is a JTC trajectory
                 stack.command_pub.publish(
                     chunk_msg(chunk.joint_names, msg.header.stamp, chunk.times, rows)

@@ -14,8 +14,8 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.direct_driver import Reconnector
 from vla_runtime.core.robot import RobotConfig
-from vla_runtime.core.streaming_command import Reconnector
 from vla_runtime.ros.messages import trajectory_arguments
 from vla_runtime.ros.parameters import param
 

@@ -10,7 +10,8 @@ each target (position + velocity) to franky as an asynchronous JointMotion. fran
 the robot's current commanded state with Ruckig inside libfranka's 1 kHz loop, within the robot's
 velocity/acceleration/jerk limits, so replacing the target never makes a discontinuity. libfranka
 errors are counted by kind, recovered (`recover_from_errors`) and the arm holds where it is. The
-gripper runs in its own thread: its calls block for up to a second.
+gripper runs in its own thread: its calls block for up to a second, and core/gripper_intent.py
+decides when a width becomes one (the same policy as the franka_ros2 gripper bridge).
 """
 
 from __future__ import annotations
@@ -28,15 +29,16 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from vla_runtime.core import topics
-from vla_runtime.core.robot import load_robot
-from vla_runtime.core.stats import Reservoir
-from vla_runtime.core.streaming_command import (
+from vla_runtime.core.direct_driver import (
     LIBFRANKA_ERROR_KINDS,
     ArmCommand,
-    GripperCommander,
     Reconnector,
     classify_libfranka_error,
 )
+from vla_runtime.core.gripper import opening_from_width, width_refusal
+from vla_runtime.core.gripper_intent import GripperIntent, GripperIntentConfig
+from vla_runtime.core.robot import load_robot
+from vla_runtime.core.stats import Reservoir
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams, CommandTopics
 from vla_runtime.ros.messages import to_time
 from vla_runtime.ros.parameters import declare, param
@@ -111,7 +113,15 @@ class FrankyDriverNode(CommandTopics, Node):
             robot.joints, robot.position_min, robot.position_max, q0, finger,
             robot.gripper_max_width,
         )  # fmt: skip
-        self.gripper_commander = GripperCommander(max_width=robot.gripper_max_width)
+        self.gripper_intent = None  # decides when a desired width becomes a gripper call
+        if self.use_gripper:
+            self.gripper_intent = GripperIntent(
+                GripperIntentConfig(
+                    max_width=robot.gripper_max_width,
+                    speed=self.gripper_speed,
+                    force=self.gripper_force,
+                )
+            )
         self._desired_width: float | None = None
         self._width = robot.gripper_max_width
         self._errors = dict.fromkeys(LIBFRANKA_ERROR_KINDS, 0)
@@ -238,7 +248,7 @@ class FrankyDriverNode(CommandTopics, Node):
     def _publish_state(self, now: float, q: np.ndarray, dq: np.ndarray) -> None:
         msg = JointState(name=self.joint_names)
         msg.header.stamp = to_time(now)
-        fingers = [self._width / 2] * len(self.robot_config.gripper_joints)
+        fingers = [opening_from_width(self._width)] * len(self.robot_config.gripper_joints)
         msg.position = [*q.tolist(), *fingers]
         msg.velocity = [*dq.tolist(), *([0.0] * len(fingers))]
         self._state_pub.publish(msg)
@@ -246,30 +256,34 @@ class FrankyDriverNode(CommandTopics, Node):
     # -- gripper thread ----------------------------------------------------------------------
     def _gripper_loop(self) -> None:
         next_poll = 0.0
+        intent = self.gripper_intent
         while self._running:
             gripper = self._gripper
-            call = self.gripper_commander.next_call(self._desired_width)
+            if self._desired_width is not None:
+                intent.command(self._desired_width)
+            goal = intent.due(time.monotonic())
             try:
-                if call is not None:
-                    action, width = call
-                    self._gripper_calls[action] += 1
-                    if action == "grasp":  # close until contact, whatever the object's width
-                        ok = gripper.grasp(
-                            width, self.gripper_speed, self.gripper_force,
-                            epsilon_inner=1.0, epsilon_outer=1.0,
-                        )  # fmt: skip
-                    else:
-                        ok = gripper.move(width, self.gripper_speed)
+                if goal is not None:
+                    token = intent.mark_sent(goal, time.monotonic())
+                    self._gripper_calls[goal.action] += 1
+                    try:
+                        if goal.action == "grasp":
+                            ok = gripper.grasp(
+                                goal.width, goal.speed, goal.force,
+                                epsilon_inner=goal.epsilon_inner, epsilon_outer=goal.epsilon_outer,
+                            )  # fmt: skip
+                        else:
+                            ok = gripper.move(goal.width, goal.speed)
+                    finally:
+                        intent.finished(token)
                     if not ok:
                         self._gripper_calls["failed"] += 1
-                        self._event("gripper_failed", action=action, width=width)
-                    self.gripper_commander.done()
+                        self._event("gripper_failed", action=goal.action, width=goal.width)
                     next_poll = 0.0
                 if time.monotonic() >= next_poll:
                     self._width = float(gripper.width)
                     next_poll = time.monotonic() + GRIPPER_POLL_S
             except Exception as exc:
-                self.gripper_commander.done()
                 self._gripper_calls["failed"] += 1
                 self._event("gripper_failed", reason=str(exc))
                 time.sleep(0.5)
@@ -280,7 +294,7 @@ class FrankyDriverNode(CommandTopics, Node):
         if len(msg.data) != 1:
             reason = f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
         else:
-            reason = self.gripper_commander.validate(float(msg.data[0]))
+            reason = width_refusal(float(msg.data[0]), self.robot_config.gripper_max_width)
         if reason is None:
             self._desired_width = float(msg.data[0])
         self._report("gripper", reason)

@@ -15,7 +15,7 @@ cleared the stop. A lost connection is re-established with exponential back-off.
 UNTESTED HERE: everything that talks to a UR controller (no UR simulator is available on the
 development hosts; URSim is a Docker image). The pure parts (command conversion, servoJ
 parameters, stop detection, reconnect policy) are unit-tested in test/unit/test_ur_servo.py
-and test/unit/test_streaming_command.py.
+and test/unit/test_direct_driver.py.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 
 from vla_runtime.core import topics
+from vla_runtime.core.direct_driver import ArmCommand, Reconnector
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
-from vla_runtime.core.streaming_command import ArmCommand, Reconnector
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
 from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopics
 from vla_runtime.ros.parameters import declare, param

@@ -31,6 +31,7 @@ from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import width_from_opening
 from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.latest_slot import LatestSlot
 from vla_runtime.core.robot import load_robot
@@ -195,7 +196,7 @@ class SafetyNode(Node):
             arm = [msg.position[index[j]] for j in self.robot.joints]
             width = None
             if self._gripper_joint in index:
-                width = 2.0 * msg.position[index[self._gripper_joint]]
+                width = width_from_opening(msg.position[index[self._gripper_joint]])
         except (KeyError, IndexError):
             arm, width = [math.nan], None  # the gate rejects and reports it
         self.gate.command(arm, width, to_seconds(msg.header.stamp), now)

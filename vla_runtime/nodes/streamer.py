@@ -41,6 +41,7 @@ from std_msgs.msg import Float64, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UNITS, SpeedScalingInput
@@ -125,7 +126,7 @@ class StreamerNode(Node):
         self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else None
         self.joint_names = self.arm_joints + ([self.gripper_joint] if self.gripper_joint else [])
         self.limits = limits_for(robot, with_gripper=self.gripper_joint is not None)
-        self.gripper_open = robot.gripper_max_width / 2.0
+        self.gripper_open = max_opening(robot)
 
         self.streamer: ActionStreamer | None = None
         self._lock = threading.Lock()

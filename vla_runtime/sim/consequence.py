@@ -17,7 +17,12 @@ import numpy as np
 
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Box, Workcell
-from vla_runtime.sim.workcell import TABLE_CENTRE_X, TABLE_HALF_SIZE
+from vla_runtime.sim.workcell import (
+    GRIPPER_ACTUATOR,
+    TABLE_CENTRE_X,
+    TABLE_HALF_SIZE,
+    gripper_ctrl_per_opening,
+)
 
 # Objects must stay above this area: the sim table top.
 TABLE_TOP = Box(
@@ -26,7 +31,6 @@ TABLE_TOP = Box(
     "table top",
 )
 
-GRIPPER_ACTUATOR = "hand"
 TCP_BEYOND_HAND = 0.1034  # m along the hand's z axis (Franka hand TCP)
 # The base stands on the table: its resting contact is not a collision.
 BOLTED_BODIES = ("base", "fr3_link0")
@@ -68,9 +72,7 @@ class ConsequenceChecker:
         if self._arm_actuators == list(range(first, first + len(robot.joints))):
             self._arm_actuators = slice(first, first + len(robot.joints))  # a view: faster
         self._gripper = m.actuator(GRIPPER_ACTUATOR).id
-        gain = float(m.actuator_gainprm[self._gripper, 0])
-        stiffness = -float(m.actuator_biasprm[self._gripper, 1])
-        self._ctrl_per_width = stiffness / (2.0 * gain)  # ctrl for a width in m
+        self._ctrl_per_opening = gripper_ctrl_per_opening(m)
         root = m.body(BOLTED_BODIES[0]).id
         self._robot_bodies = {b for b in range(m.nbody) if _has_ancestor(m, b, root)}
         self._bolted = {m.body(name).id for name in BOLTED_BODIES}
@@ -90,10 +92,13 @@ class ConsequenceChecker:
     def from_xml(cls, xml: str, robot: RobotConfig, config: ConsequenceConfig):
         return cls(mujoco.MjModel.from_xml_string(xml), robot, config)
 
-    def rollout(self, qpos, arm_velocity, times, arm_positions, gripper_widths=None) -> Consequence:
+    def rollout(
+        self, qpos, arm_velocity, times, arm_positions, gripper_openings=None
+    ) -> Consequence:
         """Simulate from the full generalized positions `qpos` (arm moving at `arm_velocity`)
         through the chunk: `times` (s from now, increasing, > 0) and `arm_positions` (n, dof)
-        in robot joint order; `gripper_widths` (n,) in metres or None to keep the gripper."""
+        in robot joint order; `gripper_openings` (n,), the chunk's gripper column (one finger's
+        opening in m), or None to keep the gripper."""
         cfg, m, d = self.config, self.model, self.data
         mujoco.mj_resetData(m, d)
         d.qpos[:] = qpos
@@ -102,8 +107,8 @@ class ConsequenceChecker:
         times = np.concatenate([[0.0], np.asarray(times, dtype=float)])
         path = np.vstack([start, np.asarray(arm_positions, dtype=float)])
         d.ctrl[self._arm_actuators] = start
-        if gripper_widths is not None:
-            widths = np.concatenate([[gripper_widths[0]], np.asarray(gripper_widths, float)])
+        if gripper_openings is not None:
+            openings = np.concatenate([[gripper_openings[0]], np.asarray(gripper_openings, float)])
         mujoco.mj_forward(m, d)
         start_objects = _Start(d.qpos[self._object_qpos], cfg)
 
@@ -112,11 +117,11 @@ class ConsequenceChecker:
         n_steps = int(np.ceil((times[-1] + cfg.settle_s) / cfg.timestep))
         step_times = cfg.timestep * np.arange(1, n_steps + 1)
         arm_ctrl = np.column_stack([np.interp(step_times, times, col) for col in path.T])
-        if gripper_widths is not None:
-            gripper_ctrl = np.interp(step_times, times, widths) * self._ctrl_per_width
+        if gripper_openings is not None:
+            gripper_ctrl = np.interp(step_times, times, openings) * self._ctrl_per_opening
         for step in range(n_steps):
             d.ctrl[self._arm_actuators] = arm_ctrl[step]
-            if gripper_widths is not None:
+            if gripper_openings is not None:
                 d.ctrl[self._gripper] = gripper_ctrl[step]
             mujoco.mj_step(m, d)
             if (step + 1) % cfg.check_every == 0 or step + 1 == n_steps:

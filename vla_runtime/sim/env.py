@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.sim.render import SceneRenderer  # sets MUJOCO_GL before mujoco loads
 from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator
 
@@ -68,7 +69,8 @@ class InProcessEnv:
         return self._frame()
 
     def step(self, q, width) -> Frame:
-        reason = self.sim.set_trajectory(self._names, [[*q, width / 2]], [CONTROL_DT])
+        row = [*q, opening_from_width(width)]
+        reason = self.sim.set_trajectory(self._names, [row], [CONTROL_DT])
         if reason is not None:
             raise RuntimeError(f"expert command rejected: {reason}")
         self.sim.step(PHYSICS_STEPS)

@@ -20,6 +20,7 @@ import math
 import mujoco
 import numpy as np
 
+from vla_runtime.core.gripper import max_opening, opening_from_width, width_refusal
 from vla_runtime.core.motion_limits import (
     FIRST_STEP_DT_S,
     ForwardStream,
@@ -34,9 +35,14 @@ from vla_runtime.core.trajectory import (
     validate_trajectory,
 )
 from vla_runtime.sim.scene import build_scene
-from vla_runtime.sim.workcell import SceneConfig, cube_names, cube_poses
+from vla_runtime.sim.workcell import (
+    GRIPPER_ACTUATOR,
+    SceneConfig,
+    cube_names,
+    cube_poses,
+    gripper_ctrl_per_opening,
+)
 
-GRIPPER_ACTUATOR = "hand"
 MODEL_FINGER_JOINTS = ("finger_joint1", "finger_joint2")
 SAMPLE_BLOCK = 20_000  # physics steps of a trajectory limit-checked at once
 
@@ -59,11 +65,7 @@ class Simulator:
         self._joints = slice(0, self.robot.dof + 2)
         self._arm_actuators = slice(0, self.robot.dof)
         self._gripper_actuator = model.actuator(GRIPPER_ACTUATOR).id
-        # The gripper actuator is a spring on the finger tendon (mean finger opening = width/2):
-        # gain * ctrl = stiffness * width / 2 at rest.
-        gain = float(model.actuator_gainprm[self._gripper_actuator, 0])
-        stiffness = -float(model.actuator_biasprm[self._gripper_actuator, 1])
-        self._ctrl_per_metre = stiffness / (2.0 * gain)
+        self._ctrl_per_opening = gripper_ctrl_per_opening(model)
         self._cube_qpos = [model.joint(name).qposadr[0] for name in cube_names(config)]
         self._cube_qvel = [model.joint(name).dofadr[0] for name in cube_names(config)]
         self.max_width = self.robot.gripper_max_width
@@ -71,7 +73,7 @@ class Simulator:
         self.joint_names = self.robot.joints + self.robot.gripper_joints
         self._trajectory_joints = (*self.robot.joints, self.robot.gripper_joints[0])
         self._lower = (*self.robot.position_min, 0.0)
-        self._upper = (*self.robot.position_max, self.max_width / 2)
+        self._upper = (*self.robot.position_max, max_opening(self.robot))
         self._velocity_limits = self.robot.velocity
         self._acceleration_limits = self.robot.acceleration
         self._home_key = model.key("home").id
@@ -143,7 +145,7 @@ class Simulator:
             p = sampler.position(data.time + self.dt)
             ctrl[arm] = p[arm]
             if with_finger:
-                ctrl[self._gripper_actuator] = 2.0 * p[-1] * self._ctrl_per_metre
+                ctrl[self._gripper_actuator] = p[-1] * self._ctrl_per_opening
             mujoco.mj_step(model, data)
         if sampler.done(data.time):
             self._freeze(*self._setpoint_now()[:1])
@@ -255,7 +257,7 @@ class Simulator:
         return None
 
     def set_gripper(self, width: float) -> str | None:
-        """Gripper opening in metres (0 closed .. max width)."""
+        """Gripper width in metres, both fingers (0 closed .. max width): a gripper command."""
         reason = self.refusal()
         if reason is not None:
             return reason
@@ -263,12 +265,10 @@ class Simulator:
             width = float(width)
         except (TypeError, ValueError):
             width = math.nan
-        if not math.isfinite(width):
-            reason = f"gripper width {width!r} is not a finite number"
-        elif not 0.0 <= width <= self.max_width:
-            reason = f"gripper width {width} outside [0, {self.max_width}]"
-        else:
-            self.data.ctrl[self._gripper_actuator] = width * self._ctrl_per_metre
+        reason = width_refusal(width, self.max_width)
+        if reason is None:
+            ctrl = opening_from_width(width) * self._ctrl_per_opening
+            self.data.ctrl[self._gripper_actuator] = ctrl
             if self._sampler_has_finger:  # a gripper command takes the fingers off the trajectory
                 self._sampler_has_finger = False
             return None
@@ -350,7 +350,7 @@ class Simulator:
 
     def _setpoint_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Arm setpoint (plus the finger setpoint as the last entry) and its derivatives now."""
-        finger = self.data.ctrl[self._gripper_actuator] / (2.0 * self._ctrl_per_metre)
+        finger = self.data.ctrl[self._gripper_actuator] / self._ctrl_per_opening
         if self._sampler is not None:
             p, v, a = self._sampler.sample(self.time)
             if self._sampler_has_finger:
@@ -364,7 +364,7 @@ class Simulator:
         arm = np.array(positions[: self.robot.dof], dtype=float)
         if len(positions) > self.robot.dof:
             finger = float(positions[self.robot.dof])
-            self.data.ctrl[self._gripper_actuator] = 2.0 * finger * self._ctrl_per_metre
+            self.data.ctrl[self._gripper_actuator] = finger * self._ctrl_per_opening
         self._sampler = None
         self._sampler_has_finger = False
         self._hold_positions = arm

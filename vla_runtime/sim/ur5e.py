@@ -15,8 +15,10 @@ import math
 import mujoco
 import numpy as np
 
+from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.workcell import (
+    GRIPPER_ACTUATOR,
     GRIPPER_OPEN_CTRL,
     SceneConfig,
     add_workcell,
@@ -126,7 +128,7 @@ def _add_gripper(flange, spec) -> None:
         finger.gravcomp = 1.0
         finger.add_joint(
             name=f"finger_joint{side + 1}", type=mujoco.mjtJoint.mjJNT_SLIDE, axis=[0, 1, 0],
-            range=[0.0, GRIPPER_MAX_WIDTH / 2], damping=2.0, armature=0.01,
+            range=[0.0, opening_from_width(GRIPPER_MAX_WIDTH)], damping=2.0, armature=0.01,
         )  # fmt: skip
         _arm_geom(finger, mass=0.05, type=mujoco.mjtGeom.mjGEOM_BOX, size=finger_half,
                   pos=[0, finger_half[1], 0], rgba=[0.3, 0.3, 0.3, 1],
@@ -149,10 +151,12 @@ def _add_actuators(spec, robot) -> None:
         act.forcerange = [-EFFORT_LIMITS[i], EFFORT_LIMITS[i]]
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
     # A spring on the mean finger opening (as the franky-sim hand): ctrl 0..255 maps to a width
-    # 0..GRIPPER_MAX_WIDTH at rest, gain * ctrl = stiffness * width / 2.
+    # 0..GRIPPER_MAX_WIDTH at rest, gain * ctrl = stiffness * opening.
     stiffness = 100.0
-    hand = spec.add_actuator(name="hand", target="split", trntype=mujoco.mjtTrn.mjTRN_TENDON)
-    hand.gainprm[0] = stiffness * GRIPPER_MAX_WIDTH / 2 / GRIPPER_OPEN_CTRL
+    hand = spec.add_actuator(
+        name=GRIPPER_ACTUATOR, target="split", trntype=mujoco.mjtTrn.mjTRN_TENDON
+    )
+    hand.gainprm[0] = stiffness * opening_from_width(GRIPPER_MAX_WIDTH) / GRIPPER_OPEN_CTRL
     hand.biasprm[:3] = [0.0, -stiffness, -10.0]
     hand.biastype = mujoco.mjtBias.mjBIAS_AFFINE
     hand.ctrlrange = [0.0, GRIPPER_OPEN_CTRL]

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from vla_runtime.core.gripper import opening_from_width
+
 COLOURS: dict[str, tuple[float, float, float, float]] = {
     "red": (0.85, 0.1, 0.1, 1.0),
     "green": (0.1, 0.7, 0.2, 1.0),
@@ -28,6 +30,7 @@ CUBE_SPACING = 0.08
 TABLE_HALF_SIZE = (0.6, 0.8, 0.02)
 TABLE_CENTRE_X = 0.35
 FLOOR_Z = -0.75
+GRIPPER_ACTUATOR = "hand"  # every robot's gripper actuator, a spring on the fingers' tendon
 GRIPPER_OPEN_CTRL = 255.0  # the franky-sim "hand" actuator: 0 closed .. 255 fully open
 
 
@@ -160,11 +163,21 @@ def add_workcell(spec: mujoco.MjSpec, config: SceneConfig) -> list[tuple[np.ndar
     return poses
 
 
+def gripper_ctrl_per_opening(model: mujoco.MjModel) -> float:
+    """The gripper actuator's ctrl per metre of one finger's opening: a spring on the tendon of
+    the mean finger opening, gain * ctrl = stiffness * opening at rest."""
+    actuator = model.actuator(GRIPPER_ACTUATOR).id
+    gain = float(model.actuator_gainprm[actuator, 0])
+    stiffness = -float(model.actuator_biasprm[actuator, 1])
+    return stiffness / gain
+
+
 def compile_scene(
     spec: mujoco.MjSpec, home: list[float], poses, gripper_width: float
 ) -> tuple[mujoco.MjModel, str]:
     """Add the home keyframe (arm home, gripper open, cubes at their poses) and compile."""
-    qpos = [*home, gripper_width / 2, gripper_width / 2]
+    finger = opening_from_width(gripper_width)
+    qpos = [*home, finger, finger]
     for pos, quat in poses:
         qpos += [*pos.tolist(), *quat.tolist()]
     spec.add_key(name="home", qpos=qpos, ctrl=[*home, GRIPPER_OPEN_CTRL])

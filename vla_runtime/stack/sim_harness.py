@@ -21,6 +21,7 @@ from std_msgs.msg import Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.core.robot import load_robot
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
 from vla_runtime.ros.messages import chunk_msg, image_from_msg, to_seconds
@@ -174,7 +175,7 @@ class SimStack:
 
     def send_command(self, q, width: float) -> None:
         names = [*self.robot.joints, self.robot.gripper_joints[0]]
-        row = [*map(float, q), float(width) / 2.0]  # the chunk's gripper column: one finger
+        row = [*map(float, q), opening_from_width(float(width))]
         self.command_pub.publish(chunk_msg(names, 0.0, [CONTROL_DT], [row]))
 
 

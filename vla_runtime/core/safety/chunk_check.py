@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.kinematics import DHChain
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Workcell
@@ -226,7 +227,7 @@ class ChunkChecker:
 
         if gripper_col is not None:
             width = positions[:, gripper_col]
-            clamped = np.clip(width, 0.0, self.robot.gripper_max_width / 2)
+            clamped = np.clip(width, 0.0, max_opening(self.robot))
             if (clamped != width).any():
                 positions = positions.copy()
                 positions[:, gripper_col] = clamped

@@ -21,17 +21,17 @@ def rollout_verdict(
     gripper_joint: str | None,
 ) -> Verdict:
     """`verdict` (accept or clip) with the rollout's numbers, or vetoed with its hazards.
-    `consequence.rollout(qpos, arm_velocity, times, arm_positions, gripper_widths)` simulates
-    from the scene state `scene_qpos`; the gripper column (one finger) becomes a width."""
+    `consequence.rollout(qpos, arm_velocity, times, arm_positions, gripper_openings)` simulates
+    from the scene state `scene_qpos`, the gripper following the chunk's finger-opening column."""
     names = list(chunk.joint_names)
     arm = verdict.positions[:, [names.index(j) for j in arm_joints]]
     ahead = verdict.stamp + verdict.times - now
     live = ahead > 0.0
-    widths = None
+    openings = None
     if gripper_joint in names:
-        widths = 2.0 * verdict.positions[live, names.index(gripper_joint)]
+        openings = verdict.positions[live, names.index(gripper_joint)]
     started = time.perf_counter()
-    result = consequence.rollout(scene_qpos, arm_velocity, ahead[live], arm[live], widths)
+    result = consequence.rollout(scene_qpos, arm_velocity, ahead[live], arm[live], openings)
     numbers = {f"rollout_{k}": v for k, v in result.numbers.items()}
     numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
     if result.safe:

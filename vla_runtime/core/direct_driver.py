@@ -1,13 +1,13 @@
-"""What a direct arm driver (franky/libfranka, ur_rtde) streams, as pure logic (no ROS, no SDK).
+"""What a direct arm driver (franky/libfranka, ur_rtde) needs besides the SDK, as pure logic.
 
 - `ArmCommand`: the desired arm motion from ros2_control-style commands (a JTC trajectory, a
   forward position command, or hold), sampled at the driver's streaming rate. Same semantics as
   the simulated and the real controllers: a trajectory starts from the current setpoint, stamp 0
   means now, a rejected command freezes the setpoint where it is.
-- `GripperCommander`: turns a stream of desired widths into the few blocking move/grasp calls
-  a real gripper can take (deadband, one call in flight).
 - `classify_libfranka_error`: which libfranka failure a ControlException message reports.
 - `Reconnector`: back-off state machine for re-establishing a lost robot connection.
+
+When a desired gripper width becomes a gripper call is core/gripper_intent.py's decision.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vla_runtime.core.gripper import opening_from_width, width_from_opening
 from vla_runtime.core.trajectory import (
     TrajectoryRejected,
     TrajectorySampler,
@@ -45,7 +46,7 @@ class ArmCommand:
         self.dof = len(self.joints)
         self._finger = (finger_joint,) if finger_joint else ()
         self._lower = (*lower, *([0.0] if finger_joint else []))
-        self._upper = (*upper, *([max_width / 2] if finger_joint else []))
+        self._upper = (*upper, *([opening_from_width(max_width)] if finger_joint else []))
         self._arm_lower, self._arm_upper = np.asarray(lower, float), np.asarray(upper, float)
         self._sampler: TrajectorySampler | None = None
         self._with_finger = False
@@ -63,7 +64,7 @@ class ArmCommand:
             return self._hold, np.zeros(self.dof)
         p, v, _ = self._sampler.sample(t)
         if self._with_finger:
-            self.desired_width = 2.0 * float(p[-1])
+            self.desired_width = width_from_opening(float(p[-1]))
         if self._sampler.done(t):
             self._hold = p[: self.dof].copy()
             self._sampler = None
@@ -106,8 +107,9 @@ class ArmCommand:
 
         start_p, start_v = current_p, current_v
         if with_finger:
-            width = self.desired_width if self.desired_width is not None else self._upper[-1] * 2
-            start_p, start_v = np.append(start_p, width / 2), np.append(start_v, 0.0)
+            width = self.desired_width
+            opening = self._upper[-1] if width is None else opening_from_width(width)
+            start_p, start_v = np.append(start_p, opening), np.append(start_v, 0.0)
         start = now if start_time == 0.0 else float(start_time)
         if start > now:  # the setpoint holds still until the trajectory begins
             start_v = np.zeros_like(start_v)
@@ -154,44 +156,6 @@ class ArmCommand:
             return True
         previous, last = self._forward_times
         return last - previous <= max_gap and now - last <= max_gap
-
-
-@dataclass
-class GripperCommander:
-    """Decides when a desired width becomes a gripper call.
-
-    A real gripper takes one blocking move/grasp at a time (about a second each), so a stream of
-    widths must not turn into a stream of calls: a new call goes out only when the desired width
-    differs from the last commanded one by more than `deadband` and no call is in flight. Widths
-    at or below `grasp_below` become grasps (close until contact, any width accepted), which is
-    how an object is held; larger ones become moves.
-    """
-
-    max_width: float
-    deadband: float = 0.005
-    grasp_below: float = 0.01
-    commanded: float | None = None
-    busy: bool = False
-
-    def validate(self, width: float) -> str | None:
-        if not math.isfinite(width):
-            return f"gripper width {width!r} is not a finite number"
-        if not 0.0 <= width <= self.max_width:
-            return f"gripper width {width} outside [0, {self.max_width}]"
-        return None
-
-    def next_call(self, width: float | None) -> tuple[str, float] | None:
-        """("move" | "grasp", width) to issue now, or None. Marks the gripper busy."""
-        if width is None or self.busy or self.validate(width) is not None:
-            return None
-        if self.commanded is not None and abs(width - self.commanded) <= self.deadband:
-            return None
-        self.commanded = width
-        self.busy = True
-        return ("grasp", 0.0) if width <= self.grasp_below else ("move", width)
-
-    def done(self) -> None:
-        self.busy = False
 
 
 LIBFRANKA_ERROR_KINDS = (

@@ -1,16 +1,11 @@
-"""Pure logic of the direct drivers: command conversion, gripper calls, error kinds, back-off."""
+"""Pure logic of the direct drivers: command conversion, error kinds, back-off."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vla_runtime.core.streaming_command import (
-    ArmCommand,
-    GripperCommander,
-    Reconnector,
-    classify_libfranka_error,
-)
+from vla_runtime.core.direct_driver import ArmCommand, Reconnector, classify_libfranka_error
 
 JOINTS = ("j1", "j2")
 LOWER, UPPER = (-1.0, -2.0), (1.0, 2.0)
@@ -88,20 +83,6 @@ def test_finger_column_becomes_a_desired_width():
     cmd.sample(2.0)
     assert cmd.desired_width == pytest.approx(0.02)  # one finger 0.01 m -> width 0.02 m
     assert "f1" in cmd.set_trajectory(["f1", "j1", "j2"], [[0.05, 0.1, 0.2]], [1.0], now=3.0)
-
-
-def test_gripper_calls_only_on_real_changes_and_one_at_a_time():
-    gripper = GripperCommander(max_width=0.08)
-    assert gripper.next_call(None) is None
-    assert gripper.next_call(0.08) == ("move", 0.08)
-    assert gripper.next_call(0.0) is None  # busy
-    gripper.done()
-    assert gripper.next_call(0.078) is None  # within the 5 mm deadband
-    assert gripper.next_call(0.005) == ("grasp", 0.0)
-    gripper.done()
-    assert gripper.next_call(0.2) is None  # out of range: never sent
-    assert gripper.validate(0.2) == "gripper width 0.2 outside [0, 0.08]"
-    assert gripper.validate(float("inf")).endswith("is not a finite number")
 
 
 @pytest.mark.parametrize(
