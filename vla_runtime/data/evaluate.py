@@ -218,7 +218,7 @@ def evaluate_stack(
         while True:
             chunks.clear()
             t0 = time.perf_counter()
-            request_pub.publish(JointTrajectory())
+            request_pub.publish(chunk_msg([], 0.0, [], []))  # a request without a plan
             try:
                 stack.spin_until(lambda: bool(chunks), min(5.0, timeout_s), "an action chunk")
             except TimeoutError:
