@@ -1,7 +1,7 @@
 """From an arriving chunk to its one verdict report (core/safety/chunk_pipeline.py): superseded
 and previous-episode chunks, the joint state the check uses, the rollout hand-off."""
 
-from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -37,26 +37,18 @@ def submit(chunks: ChunkPipeline, chunk: Chunk, request: str = "req:4") -> list[
     return chunks.submit(chunk, chunk.stamp, request)
 
 
-@dataclass
-class Rollout:
-    hazards: list
-    numbers: dict
-
-    @property
-    def safe(self):
-        return not self.hazards
-
-
 class FakeConsequence:
-    class model:
-        nq = 3
+    """A scene of 3 qpos values whose rollouts find `hazards`."""
 
-    def __init__(self, hazards=()):
-        self.hazards, self.calls = list(hazards), []
+    model = SimpleNamespace(nq=3)
+
+    def __init__(self):
+        self.hazards, self.calls = [], []
 
     def rollout(self, qpos, arm_velocity, times, arm_positions, gripper_widths=None):
         self.calls.append((qpos, arm_velocity))
-        return Rollout(self.hazards, {"max_contact_n": 2.0})
+        numbers = {"max_contact_n": 2.0}
+        return SimpleNamespace(safe=not self.hazards, hazards=self.hazards, numbers=numbers)
 
 
 def test_a_checked_chunk_is_reported_once_with_its_request_and_passed_on():
