@@ -10,14 +10,16 @@ from sensor_msgs.msg import JointState
 
 from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.core.safety.chunk_check import CLIP, Verdict
+from vla_runtime.core.safety.chunk_pipeline import PendingChunk, chunk_report
 from vla_runtime.core.streaming.streamer import Request, Setpoint
 from vla_runtime.ros.messages import (
     REQUEST_PREFIX,
+    arm_command_msg,
     camera_info_msg,
     checked_chunk_msg,
-    chunk_event,
     chunk_msg,
     command_msg,
+    command_values,
     diagnostics_msg,
     event_json,
     image_from_msg,
@@ -109,6 +111,26 @@ def test_command_is_stamped_with_the_command_time():
     assert list(msg.position) == [1.0, 2.0] and list(msg.velocity) == [0.5, 0.0]
 
 
+def test_command_values_read_the_arm_in_order_and_the_gripper_as_a_width():
+    msg = JointState(name=["f", "b", "a"], position=[0.01, 2.0, 1.0])
+    assert command_values(msg, ["a", "b"], "f") == ([1.0, 2.0], 0.02)
+    assert command_values(msg, ["a", "b"], None) == ([1.0, 2.0], None)
+    arm_only = JointState(name=["a", "b"], position=[1.0, 2.0])
+    assert command_values(arm_only, ["a", "b"], "f") == ([1.0, 2.0], None)
+    assert command_values(JointState(name=["a"], position=[1.0]), ["a", "b"], "f") is None
+    no_width = JointState(name=["a", "b", "f"], position=[1.0, 2.0])  # a named joint lacks it
+    assert command_values(no_width, ["a", "b"], "f") is None
+
+
+def test_arm_commands_for_each_interface():
+    arm = np.array([1.0, 2.0])
+    assert list(arm_command_msg("forward_position", ["a", "b"], arm, 0.012).data) == [1.0, 2.0]
+    msg = arm_command_msg("trajectory", ["a", "b"], arm, 0.012)
+    assert to_seconds(msg.header.stamp) == 0.0 and list(msg.joint_names) == ["a", "b"]
+    assert [to_seconds(p.time_from_start) for p in msg.points] == [0.012]
+    assert list(msg.points[0].positions) == [1.0, 2.0]
+
+
 def test_checked_chunk_keeps_its_stamp_unless_retimed():
     msg = chunk_msg(["a"], 10.0, [0.1, 0.2], [[0.0], [1.0]], "req:3")
     times, positions = np.array([0.125, 0.375]), np.array([[0.0], [0.5]])
@@ -123,7 +145,8 @@ def test_checked_chunk_keeps_its_stamp_unless_retimed():
 def test_chunk_events_are_json_with_numpy_numbers():
     msg = chunk_msg(["a"], 4.5, [0.1], [[0.0]], "req:9")
     verdict = Verdict(CLIP, ("slowed",), {"time_scale": np.float64(1.5), "points": np.int64(3)})
-    event = json.loads(event_json(chunk_event(2, msg, verdict, 0.75), "chunk_check"))
+    pending = PendingChunk(2, msg, to_seconds(msg.header.stamp), msg.header.frame_id, 0.0)
+    event = json.loads(event_json(chunk_report(pending, verdict, 0.75), "chunk_check"))
     assert event == {"source": "chunk_check", "event": "chunk", "chunk": 2, "stamp": 4.5,
                      "request": "req:9", "check_ms": 0.75, "verdict": "clip",
                      "reasons": ["slowed"], "time_scale": 1.5, "points": 3}  # fmt: skip

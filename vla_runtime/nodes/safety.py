@@ -21,7 +21,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -31,13 +30,11 @@ from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.core.gripper import width_from_opening
 from vla_runtime.core.kinematics import chain_for
-from vla_runtime.core.latest_slot import LatestSlot
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.safety.chunk_check import STALE, VETO, ChunkCheckConfig, ChunkChecker, Verdict
+from vla_runtime.core.safety.chunk_check import ChunkCheckConfig, ChunkChecker
+from vla_runtime.core.safety.chunk_pipeline import ChunkPipeline
 from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
-from vla_runtime.core.safety.rollout import rollout_verdict
 from vla_runtime.core.safety.workspace import (
     WORKSPACE_MAX,
     WORKSPACE_MIN,
@@ -46,10 +43,10 @@ from vla_runtime.core.safety.workspace import (
     keep_out_boxes,
 )
 from vla_runtime.ros.messages import (
+    arm_command_msg,
     checked_chunk_msg,
-    chunk_event,
     chunk_from_msg,
-    chunk_msg,
+    command_values,
     event_json,
     joint_state_values,
     to_seconds,
@@ -108,13 +105,9 @@ class SafetyNode(Node):
         self.contact_force = params.max_contact_force
 
         self.checker = ChunkChecker(self.robot, chain_for(self.robot.name), check_config)
+        self.chunks = ChunkPipeline(self.checker, chunk_from_msg, self._now)
         self.gate = CommandGate(self.robot, gate_config)
-        self._gripper_joint = self.robot.gripper_joints[0] if self.robot.gripper_joints else None
-        self._consequence = None
-        self._scene_qpos: np.ndarray | None = None
-        self._scene_state_rejected, self._scene_state_reported = 0, -math.inf
-        self._state: tuple[np.ndarray, np.ndarray, float] | None = None  # q, dq, stamp
-        self._episode_start = -math.inf
+        self._gripper_joint = self.checker.gripper_joint
 
         controllers = self.robot.controllers
         self.command_interface = params.command_interface
@@ -133,13 +126,10 @@ class SafetyNode(Node):
                 f"command_interface must be forward_position or trajectory, "
                 f"got {self.command_interface!r}"
             )
-        self._gripper_pub = (
-            self.create_publisher(
-                Float64MultiArray, topics.forward_command(controllers["gripper"]), 10
-            )
-            if "gripper" in controllers
-            else None
-        )
+        self._gripper_pub = None
+        if "gripper" in controllers:
+            gripper_topic = topics.forward_command(controllers["gripper"])
+            self._gripper_pub = self.create_publisher(Float64MultiArray, gripper_topic, 10)
         self._checked_pub = self.create_publisher(JointTrajectory, topics.CHECKED_CHUNK, 10)
         self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
         sub = self.create_subscription
@@ -156,9 +146,7 @@ class SafetyNode(Node):
             sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE)
         self.add_on_set_parameters_callback(self._on_parameters)
 
-        self._chunks_received = 0
         self._pacer = TickPacer(gate_config.period)
-        self._chunks = LatestSlot()  # (chunk id, message, received at) for the check worker
         # The gate ticks in the executor thread while the check worker computes: at the
         # default 5 ms switch interval the ticks would be delayed and then fire in bursts.
         sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
@@ -180,25 +168,14 @@ class SafetyNode(Node):
         if values is None:
             self._publish_events([{"event": "state_rejected", "reason": "malformed joint state"}])
             return
-        q = np.array(values[0], dtype=float)
-        dq = np.zeros(len(q)) if values[1] is None else np.array(values[1], dtype=float)
         stamp = to_seconds(msg.header.stamp)
-        if stamp < self._episode_start:  # measured before the reset: not the arm of now
-            return
-        self.gate.update_state(q, stamp)
-        if np.isfinite(q).all() and np.isfinite(dq).all():
-            self._state = (q, dq, stamp)
+        if self.chunks.joint_state(*values, stamp):
+            self.gate.update_state(values[0], stamp)
 
     def _on_command(self, msg: JointState) -> None:
         now = self._now()
-        try:
-            index = {name: i for i, name in enumerate(msg.name)}
-            arm = [msg.position[index[j]] for j in self.robot.joints]
-            width = None
-            if self._gripper_joint in index:
-                width = width_from_opening(msg.position[index[self._gripper_joint]])
-        except (KeyError, IndexError):
-            arm, width = [math.nan], None  # the gate rejects and reports it
+        values = command_values(msg, self.robot.joints, self._gripper_joint)
+        arm, width = values if values is not None else ([math.nan], None)  # the gate reports it
         self.gate.command(arm, width, to_seconds(msg.header.stamp), now)
 
     def _on_estop(self, msg: Bool) -> None:
@@ -213,13 +190,9 @@ class SafetyNode(Node):
         if start is None:
             self._publish_events([{"event": "episode_rejected", "reason": msg.data[:200]}])
             return
-        superseded = self._chunks.clear()
-        self._episode_start = start
-        self._state = None
+        reports = self.chunks.new_episode(start)
         self.gate.new_episode(self._now())
-        if superseded is not None:
-            verdict = Verdict(STALE, ("from the previous episode",))
-            self._report(superseded[0], superseded[1], verdict, 0.0)
+        self._publish_events(reports, "chunk_check")
 
     def _on_parameters(self, params) -> SetParametersResult:
         for p in params:
@@ -230,25 +203,18 @@ class SafetyNode(Node):
     def _on_scene_xml(self, msg: String) -> None:
         try:
             config = ConsequenceConfig(max_contact_force=self.contact_force, workcell=self.workcell)
-            self._consequence = ConsequenceChecker.from_xml(msg.data, self.robot, config)
+            self.chunks.consequence = ConsequenceChecker.from_xml(msg.data, self.robot, config)
             self.get_logger().info("consequence rollout enabled (sim scene received)")
         except Exception as exc:  # a scene we cannot simulate leaves the other checks running
-            kept = "keeping the previous scene" if self._consequence else "rollout unavailable"
+            previous = self.chunks.consequence
+            kept = "keeping the previous scene" if previous else "rollout unavailable"
             self.get_logger().error(f"scene rejected ({kept}): {exc!r}")
             self._publish_events([{"event": "scene_rejected", "reason": repr(exc)[:200]}])
 
     def _on_scene_state(self, msg: Float64MultiArray) -> None:
-        qpos = np.asarray(msg.data[1:], dtype=float)  # [time, qpos...]
-        consequence = self._consequence
-        if consequence is not None and qpos.shape != (consequence.model.nq,):
-            self._scene_state_rejected += 1
-            now = time.monotonic()
-            if now - self._scene_state_reported >= 1.0:  # a broken stream must not flood
-                self._scene_state_reported = now
-                self._publish_events([{"event": "scene_state_rejected", "values": int(qpos.size),
-                                       "count": self._scene_state_rejected}])  # fmt: skip
-            return
-        self._scene_qpos = qpos
+        rejected = self.chunks.scene_state(msg.data[1:], time.monotonic())  # [time, qpos...]
+        if rejected is not None:
+            self._publish_events([rejected])
 
     # -- gate --------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -259,20 +225,16 @@ class SafetyNode(Node):
             return
         out = self.gate.tick(now)
         if out.arm is not None:
-            self._arm_pub.publish(self._arm_message(out.arm))
+            # More than one period: a controller that takes two one-point trajectories back to
+            # back (a late callback) would otherwise cover two periods of motion in one.
+            lookahead = self.trajectory_lookahead * self.gate.config.period
+            self._arm_pub.publish(
+                arm_command_msg(self.command_interface, self.robot.joints, out.arm, lookahead)
+            )
         if out.gripper is not None and self._gripper_pub is not None:
             self._gripper_pub.publish(Float64MultiArray(data=[float(out.gripper)]))
         if out.events:
             self._publish_events(out.events, source="gate")
-
-    def _arm_message(self, arm: np.ndarray):
-        if self.command_interface == "forward_position":
-            return Float64MultiArray(data=arm.tolist())
-        # header.stamp 0 = "start now"; the point is reached `trajectory_lookahead` gate
-        # periods later. More than one period: a controller that takes two of these back to
-        # back (a late callback) would otherwise cover two periods of motion in one.
-        lookahead = self.trajectory_lookahead * self.gate.config.period
-        return chunk_msg(self.robot.joints, 0.0, [lookahead], [arm])
 
     def _publish_events(self, events: list[dict], source: str = "gate") -> None:
         for event in events:
@@ -280,43 +242,19 @@ class SafetyNode(Node):
 
     # -- chunks ------------------------------------------------------------------------------
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        self._chunks_received += 1
-        superseded = self._chunks.put((self._chunks_received, msg, time.perf_counter()))
-        if superseded is not None:
-            verdict = Verdict(STALE, ("superseded by a newer chunk before its check",))
-            self._report(superseded[0], superseded[1], verdict, 0.0)
+        reports = self.chunks.submit(msg, to_seconds(msg.header.stamp), msg.header.frame_id)
+        self._publish_events(reports, "chunk_check")
 
     def _check_loop(self) -> None:
-        while (taken := self._chunks.take()) is not None:
-            chunk_id, msg, received = taken
-            try:
-                verdict = self._check(msg)
-            except Exception as exc:  # every chunk ends with a verdict, even a crashing one
-                verdict = Verdict(VETO, (f"check failed: {exc!r}",))
+        while (checked := self.chunks.check_next()) is not None:
             if not self.context.ok():
                 return
-            self._report(chunk_id, msg, verdict, 1e3 * (time.perf_counter() - received))
-            if verdict.executable:
-                self._checked_pub.publish(checked_chunk_msg(msg, verdict))
-
-    def _check(self, msg: JointTrajectory) -> Verdict:
-        chunk = chunk_from_msg(msg)
-        now = self._now()
-        if chunk.stamp < self._episode_start:
-            return Verdict(STALE, ("observed before the episode started",))
-        state = self._state
-        q, dq, stamp = state if state is not None else (None, None, None)
-        verdict = self.checker.check(chunk, now, q, stamp)
-        if verdict.executable and self._consequence is not None and self._scene_qpos is not None:
-            verdict = rollout_verdict(verdict, chunk, now, dq, self._consequence, self._scene_qpos,
-                                      self.robot.joints, self._gripper_joint)  # fmt: skip
-        return verdict
-
-    def _report(self, chunk_id: int, msg, verdict: Verdict, check_ms: float) -> None:
-        self._publish_events([chunk_event(chunk_id, msg, verdict, check_ms)], "chunk_check")
+            self._publish_events([checked.report], "chunk_check")
+            if checked.verdict.executable:
+                self._checked_pub.publish(checked_chunk_msg(checked.message, checked.verdict))
 
     def close(self) -> None:
-        self._chunks.close()
+        self.chunks.close()
         self._worker.join(timeout=5.0)
 
 

@@ -26,14 +26,11 @@ readings are ignored, out-of-range ones clamped to [0, 1], each with a (throttle
 
 from __future__ import annotations
 
-import math
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -42,16 +39,22 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
-from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.speed_scaling import UNITS, SpeedScalingInput
+from vla_runtime.core.speed_scaling import UNITS
 from vla_runtime.core.streaming import metrics
 from vla_runtime.core.streaming.config import MODES, REQUEST_POLICIES, StreamerConfig
+from vla_runtime.core.streaming.lifecycle import (
+    INFO,
+    REPEATED,
+    WARNING,
+    Notice,
+    StreamerLifecycle,
+)
 from vla_runtime.core.streaming.metrics import LoopTiming, format_value, stats_status
-from vla_runtime.core.streaming.streamer import ActionStreamer, chunk_in_joint_order
 from vla_runtime.ros.messages import (
     chunk_from_msg,
     command_msg,
+    diagnostics_msg,
     joint_state_values,
     parse_request_id,
     refused_request,
@@ -113,28 +116,22 @@ class StreamerNode(Node):
         self.tick_source = params.tick_source
         if self.tick_source not in TICK_SOURCES:
             raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")
-        stats_period_s = params.stats_period_s
-        self.resync_tolerance = params.resync_tolerance
         self.speed_scaling_topic = params.speed_scaling_topic
-        self.speed_scaling_unit = params.speed_scaling_unit
-        self._speed = SpeedScalingInput(self.speed_scaling_unit)
         use_sim_time = bool(self.get_parameter("use_sim_time").value)
         if self.tick_source == "auto":
             self.tick_source = "timer" if use_sim_time else "thread"
 
-        self.arm_joints = list(robot.joints)
-        self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else None
-        self.joint_names = self.arm_joints + ([self.gripper_joint] if self.gripper_joint else [])
-        self.limits = limits_for(robot, with_gripper=self.gripper_joint is not None)
         self.gripper_open = max_opening(robot)
-
-        self.streamer: ActionStreamer | None = None
-        self._lock = threading.Lock()
+        self.lifecycle = StreamerLifecycle(
+            self.config, robot, self.gripper_open, params.resync_tolerance,
+            self.speed_scaling_topic, params.speed_scaling_unit,
+        )  # fmt: skip
+        self.joint_names = self.lifecycle.joint_names
         self.timing = LoopTiming(self.config.control_period_s)
-        self._warn = ThrottledLog(self.get_logger().warning)
-        self._warn_scaling = ThrottledLog(self.get_logger().warning)
-        self._episode = 0  # episodes announced on /vla/episode so far
-        self._episode_start = -math.inf  # joint states and chunks before it are the old scene
+        logger = self.get_logger()
+        self._warn = ThrottledLog(logger.warning)
+        self._warn_scaling = ThrottledLog(logger.warning)
+        self._logs = {INFO: logger.info, WARNING: logger.warning, REPEATED: self._warn}
 
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
@@ -147,7 +144,7 @@ class StreamerNode(Node):
         if self.speed_scaling_topic:
             self.create_subscription(Float64, self.speed_scaling_topic, self._on_speed_scaling, 10)
         self.create_subscription(String, topics.EPISODE, self._on_episode, LATCHED)
-        self.create_timer(stats_period_s, self.publish_stats)
+        self.create_timer(params.stats_period_s, self.publish_stats)
 
         self._thread: DeadlineThread | None = None
         if self.tick_source == "timer":
@@ -155,7 +152,7 @@ class StreamerNode(Node):
         else:
             self._thread = DeadlineThread(self.config.control_period_s, self.tick).start()
         scaling = (
-            f"speed scaling from {self.speed_scaling_topic} ({self.speed_scaling_unit})"
+            f"speed scaling from {self.speed_scaling_topic} ({params.speed_scaling_unit})"
             if self.speed_scaling_topic else "no speed scaling"
         )  # fmt: skip
         self.get_logger().info(
@@ -173,13 +170,10 @@ class StreamerNode(Node):
             self.timing.tick_started(self.get_clock().now().nanoseconds)
         else:
             self.timing.tick_started(time.monotonic_ns())
-        now = self._now()
-        with self._lock:
-            streamer = self.streamer
-            if streamer is None:
-                return
-            setpoint = streamer.tick(now)
-            request = streamer.make_request(now) if streamer.want_request(now) else None
+        step = self.lifecycle.tick(self._now())
+        if step is None:
+            return
+        setpoint, request = step
         self._command_pub.publish(command_msg(self.joint_names, setpoint))
         if request is not None:
             self._request_pub.publish(request_msg(self.joint_names, request))
@@ -188,131 +182,61 @@ class StreamerNode(Node):
     # ------------------------------------------------------------------ inputs
 
     def _on_speed_scaling(self, msg: Float64) -> None:
-        with self._lock:
-            fraction, warning, note = self._speed.read(msg.data, time.monotonic())
-            if fraction is not None and self.streamer is not None:
-                self.streamer.set_speed_scaling(fraction)
+        warning, note = self.lifecycle.speed_scaling(msg.data, time.monotonic())
         if warning is not None:
             self._warn_scaling(f"{self.speed_scaling_topic}: {warning}")
         if note is not None:
             self.get_logger().info(note)
 
     def _on_episode(self, msg: String) -> None:
-        """A new episode: publish the last one's figures, then start again from the first
-        joint state measured after the reset (the arm was moved by the reset, not by us)."""
+        """A new episode: publish the last one's figures, then start again."""
         start = topics.episode_start(msg.data)
         if start is None:
             self._warn(f"episode message rejected: {msg.data[:200]!r}")
             return
-        if self.streamer is not None:
+        if self.lifecycle.started:
             self.publish_stats()
-        with self._lock:
-            self._episode += 1
-            self._episode_start = start
-            self.streamer = None
-        self.get_logger().info(f"episode {self._episode} from t={start:.3f}: restarting")
+        self._log(self.lifecycle.new_episode(start))
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if to_seconds(msg.header.stamp) < self._episode_start:
-            return  # measured before the reset
+        arm_joints, gripper_joint = self.lifecycle.arm_joints, self.lifecycle.gripper_joint
         complete = len(msg.position) >= len(msg.name)
-        arm = joint_state_values(msg, self.arm_joints) if complete else None
-        if self.streamer is not None:
-            # Commands follow the plan open loop; only a held command is brought to the arm.
-            if arm is not None and arm[1] is not None and all(map(math.isfinite, arm[0] + arm[1])):
-                with self._lock:
-                    resynced = self.streamer.resync(arm[0], arm[1], self.resync_tolerance)
-                if resynced:
-                    self.get_logger().warning("held command moved to the measured arm")
-            return
-        if arm is None:
-            self._warn(f"joint state lacks arm joints {self.arm_joints}; not starting yet")
-            return
-        position = arm[0]
-        if self.gripper_joint is not None:
-            gripper = joint_state_values(msg, [self.gripper_joint])
-            position.append(self.gripper_open if gripper is None else gripper[0][0])
-        if not all(math.isfinite(p) for p in position):
-            self._warn(f"non-finite joint state {position}; not starting yet")
-            return
-        if self.speed_scaling_topic and self._speed.fraction is None:
-            self._warn(
-                f"no speed scaling on {self.speed_scaling_topic} yet; not starting (set "
-                "speed_scaling_topic:='' to stream without it)"
-            )
-            return
-        with self._lock:
-            self.streamer = ActionStreamer(
-                self.config, self.limits, np.array(position), arm_dof=len(self.arm_joints)
-            )
-            if self._speed.fraction is not None:
-                self.streamer.set_speed_scaling(self._speed.fraction)
-        self.get_logger().info(f"holding the measured state {np.round(position, 4).tolist()}")
+        arm = joint_state_values(msg, arm_joints) if complete else None
+        gripper = joint_state_values(msg, [gripper_joint]) if gripper_joint else None
+        positions, velocities = (None, None) if arm is None else arm
+        notice = self.lifecycle.joint_state(to_seconds(msg.header.stamp), positions, velocities,
+                                            None if gripper is None else gripper[0][0])  # fmt: skip
+        self._log(notice)
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
         now = self._now()
-        if self.streamer is None:
-            self._warn("chunk before the first joint state: ignored")
-            return
-        if to_seconds(msg.header.stamp) < self._episode_start:
-            parsed = "observed before the episode started"
-        else:
-            with self._lock:
-                held_gripper = float(self.streamer.state.position[-1])
-            parsed = chunk_in_joint_order(
-                chunk_from_msg(msg), self.arm_joints, self.joint_names, held_gripper
-            )
-        if isinstance(parsed, str):
-            with self._lock:
-                self.streamer.reject_chunk(parsed)
-            self._warn(f"chunk rejected: {parsed}")
-            return
-        times, positions = parsed
-        with self._lock:
-            result = self.streamer.merge_chunk(
-                now, to_seconds(msg.header.stamp), times, positions,
-                parse_request_id(msg.header.frame_id),
-            )  # fmt: skip
-        if not result.accepted:
-            self._warn(f"chunk rejected: {result.reason}")
+        request_id = parse_request_id(msg.header.frame_id)
+        self._log(self.lifecycle.chunk(now, chunk_from_msg(msg), request_id))
 
     def _on_safety_event(self, msg: String) -> None:
         """A vetoed (or discarded) answer to the pending request: ask again at once."""
         request_id = refused_request(msg.data)
-        if request_id is not None and self.streamer is not None:
-            with self._lock:
-                self.streamer.request_refused(request_id)
+        if request_id is not None:
+            self.lifecycle.request_refused(request_id)
+
+    def _log(self, notice: Notice | None) -> None:
+        if notice is not None:
+            self._logs[notice.level](notice.text)
 
     # ------------------------------------------------------------------ stats
 
     def metrics(self) -> dict:
-        with self._lock:
-            figures = None if self.streamer is None else metrics.streamer_metrics(self.streamer)
-        return metrics.streamer_stats(
-            figures,
-            self.timing,
-            speed_scaling_topic=self.speed_scaling_topic,
-            speed_scaling_age_s=self._speed.age(time.monotonic()),
-            speed_scaling_rejected=self._speed.rejected,
-            mode=self.config.mode,
-            request_policy=self.config.request_policy,
-            control_rate_hz=self.control_rate_hz,
-            tick_source=self.tick_source,
-            overruns=0 if self._thread is None else self._thread.overruns,
-            episode=self._episode,
-        )
+        overruns = 0 if self._thread is None else self._thread.overruns
+        return self.lifecycle.stats(self.timing, time.monotonic(), overruns=overruns,
+                                    control_rate_hz=self.control_rate_hz,
+                                    tick_source=self.tick_source)  # fmt: skip
 
     def publish_stats(self) -> None:
         values = self.metrics()
         severity, message = stats_status(values)
-        status = DiagnosticStatus(
-            level=LEVELS[severity],
-            name="streamer",
-            message=message,
-            values=[KeyValue(key=k, value=format_value(v)) for k, v in values.items()],
-        )
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
+        text = {key: format_value(value) for key, value in values.items()}
+        array = diagnostics_msg("streamer", LEVELS[severity], message, text,
+                                self.get_clock().now().to_msg())  # fmt: skip
         try:
             self._stats_pub.publish(array)
         except Exception:  # context already shut down

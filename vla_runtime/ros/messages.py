@@ -1,5 +1,5 @@
 """Conversions between ROS messages and the core's types: stamps, images, camera calibrations,
-joint states, diagnostics, action chunks and safety events.
+joint states, commands, diagnostics, action chunks and safety events.
 
 Chunks (and inference requests, the plan still to run) are `trajectory_msgs/JointTrajectory`
 messages with the convention of docs/design.md §2; `chunk_from_msg` and `chunk_msg` are the only
@@ -18,9 +18,11 @@ from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core.camera_calibration import CameraCalibration
+from vla_runtime.core.gripper import width_from_opening
 from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk, Verdict
 from vla_runtime.core.streaming.streamer import Request, Setpoint
 
@@ -110,6 +112,15 @@ def chunk_msg(
     return msg
 
 
+def arm_command_msg(interface: str, joints: Sequence[str], arm, lookahead_s: float):
+    """The arm controller's command for the positions `arm` on `interface`: "forward_position",
+    a Float64MultiArray; "trajectory", a one-point JointTrajectory stamped 0 ("start now") that
+    reaches `arm` `lookahead_s` later, the way MoveIt Servo streams to a trajectory controller."""
+    if interface == "forward_position":
+        return Float64MultiArray(data=arm.tolist())
+    return chunk_msg(joints, 0.0, [lookahead_s], [arm])
+
+
 def diagnostics_msg(
     name: str, level, message: str, values: Mapping, stamp: TimeMsg, hardware_id: str = ""
 ) -> DiagnosticArray:
@@ -149,6 +160,18 @@ def command_msg(joint_names: Sequence[str], setpoint: Setpoint) -> JointState:
     return msg
 
 
+def command_values(msg: JointState, arm_joints: Sequence[str], gripper_joint: str | None):
+    """(arm positions in `arm_joints` order, gripper width or None) of a streamer command (the
+    gripper column is one finger's opening). None when a named joint lacks a position or an arm
+    joint is missing."""
+    with_gripper = gripper_joint is not None and gripper_joint in msg.name
+    values = joint_state_values(msg, [*arm_joints, *([gripper_joint] if with_gripper else [])])
+    if values is None:
+        return None
+    positions, n = values[0], len(arm_joints)
+    return positions[:n], (width_from_opening(positions[n]) if with_gripper else None)
+
+
 def request_msg(joint_names: Sequence[str], request: Request) -> JointTrajectory:
     return chunk_msg(joint_names, request.stamp, request.times_from_start, request.positions,
                      f"{REQUEST_PREFIX}{request.request_id}")  # fmt: skip
@@ -172,18 +195,6 @@ def checked_chunk_msg(msg: JointTrajectory, verdict: Verdict) -> JointTrajectory
         stamp = verdict.stamp
     return chunk_msg(msg.joint_names, stamp, verdict.times, verdict.positions,
                      msg.header.frame_id)  # fmt: skip
-
-
-def chunk_event(chunk_id: int, msg: JointTrajectory, verdict: Verdict, check_ms: float) -> dict:
-    """The safety event reporting the verdict on the chunk `msg`."""
-    return {
-        "event": "chunk",
-        "chunk": chunk_id,
-        "stamp": to_seconds(msg.header.stamp),
-        "request": msg.header.frame_id,  # the streamer's request it answers, if any
-        "check_ms": check_ms,
-        **verdict.event(),
-    }
 
 
 def event_json(event: dict, source: str) -> str:
