@@ -17,7 +17,7 @@ T = 0.004
 
 
 def gate_outputs(goal, ticks=300):
-    gate = CommandGate(ROBOT, GateConfig(period=T))
+    gate = CommandGate(ROBOT, GateConfig(control_period_s=T))
     gate.update_state(HOME, 0.0)
     assert gate.command(HOME, None, 0.0, 0.0)
     outputs = []

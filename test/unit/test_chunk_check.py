@@ -255,7 +255,7 @@ def test_a_chunk_that_left_a_resting_arm_behind_starts_late_from_its_first_actio
     c_back = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, back)))
     ahead = HOME - [0.24, 0, 0, 0, 0, 0, 0]
     assert planned.check(c_back, now, ahead, now - 0.004).decision == "veto"
-    # a start later than max_retime is a veto
+    # a start later than max_retime_s is a veto
     far = [HOME + [0.8 + 1.0 * t, 0, 0, 0, 0, 0, 0] for t in times]
     c_far = Chunk(tuple(ROBOT.joints), STAMP, times, tuple(map(tuple, far)))
     assert planned.check(c_far, now, HOME, now - 0.004).decision == "veto"

@@ -22,9 +22,9 @@ class Run:
     """Drives a gate tick by tick and records what it sends and reports."""
 
     def __init__(self, **config):
-        config.setdefault("event_interval", 0.0)  # every event, so tests can read the last one
+        config.setdefault("event_interval_s", 0.0)  # every event, so tests can read the last one
         config.setdefault("limit_fraction", 1.0)  # at the full limits, so numbers read plainly
-        self.gate = CommandGate(ROBOT, GateConfig(period=T, **config))
+        self.gate = CommandGate(ROBOT, GateConfig(control_period_s=T, **config))
         self.k = 0
         self.outputs: list[np.ndarray] = []
         self.grippers: list[tuple[float, float]] = []
@@ -227,7 +227,7 @@ def test_estop_latches_until_an_explicit_reset():
 
 
 def test_lost_joint_state_stops_the_arm():
-    run = armed_run(state_timeout=0.05)
+    run = armed_run(state_timeout_s=0.05)
     goal = HOME.copy()
     goal[2] += 0.3
     for _ in range(30):

@@ -167,8 +167,8 @@ def test_declared_parameters_are_the_params_dataclass(ros, node_cls, params_cls)
 def test_defaults_come_from_the_core_configs():
     assert StreamerParams().control_rate_hz == pytest.approx(1.0 / StreamerConfig.control_period_s)
     assert StreamerParams().blend_window_s == StreamerConfig.blend_window_s
-    assert SafetyParams().command_timeout == GateConfig.command_timeout
-    assert math.isclose(SafetyParams().control_rate_hz, 1.0 / GateConfig.period)
+    assert SafetyParams().command_timeout_s == GateConfig.command_timeout_s
+    assert math.isclose(SafetyParams().control_rate_hz, 1.0 / GateConfig.control_period_s)
 
 
 def test_a_float_parameter_takes_an_integer_and_refuses_a_string(ros):
@@ -184,8 +184,10 @@ def test_a_float_parameter_takes_an_integer_and_refuses_a_string(ros):
 def test_core_configs_are_built_from_the_parameters(ros):
     node = SafetyNode()
     try:
-        assert node.gate.config.command_timeout == SafetyParams().command_timeout
-        assert node.gate.config.period == pytest.approx(1.0 / SafetyParams().control_rate_hz)
+        assert node.gate.config.command_timeout_s == SafetyParams().command_timeout_s
+        assert node.gate.config.control_period_s == pytest.approx(
+            1.0 / SafetyParams().control_rate_hz
+        )
         assert node.checker.config.max_time_scale == SafetyParams().max_time_scale
         assert node.checker.config.tcp_speed is None  # -1: the robot's
         assert node.workcell.table_clearance == SafetyParams().table_clearance

@@ -60,13 +60,13 @@ from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
 @dataclass(frozen=True)
 class SafetyParams:
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
-    control_rate_hz: float = param("gate rate, Hz", 1.0 / GateConfig.period)
-    command_timeout: float = param("s without a fresh command before the gate stops the arm",
-                                   GateConfig.command_timeout)  # fmt: skip
+    control_rate_hz: float = param("gate rate, Hz", 1.0 / GateConfig.control_period_s)
+    command_timeout_s: float = param("s without a fresh command before the gate stops the arm",
+                                   GateConfig.command_timeout_s)  # fmt: skip
     start_tolerance: float = param("rad: an arming command must be this close to the state",
                                    GateConfig.start_tolerance)  # fmt: skip
-    state_timeout: float = param("s without a joint state before the gate stops the arm",
-                                 GateConfig.state_timeout)  # fmt: skip
+    state_timeout_s: float = param("s without a joint state before the gate stops the arm",
+                                 GateConfig.state_timeout_s)  # fmt: skip
     workspace_min: list = param("m, x y z: the TCP's workspace box (base frame)", WORKSPACE_MIN)
     workspace_max: list = param("m, x y z", WORKSPACE_MAX)
     keep_out_boxes: list = param("keep-out boxes, 6 values each: min x y z, max x y z", [],
@@ -75,10 +75,10 @@ class SafetyParams:
     table_clearance: float = param("m every arm point stays above the table",
                                    Workcell.table_clearance)  # fmt: skip
     tcp_speed: float = param("m/s TCP speed limit; <= 0: the robot's", -1.0)
-    max_observation_age: float = param("s between a chunk's observation and its check",
-                                       ChunkCheckConfig.max_observation_age)  # fmt: skip
-    max_state_age: float = param("s: an older joint state means the arm is unknown",
-                                 ChunkCheckConfig.max_state_age)  # fmt: skip
+    max_observation_age_s: float = param("s between a chunk's observation and its check",
+                                       ChunkCheckConfig.max_observation_age_s)  # fmt: skip
+    max_state_age_s: float = param("s: an older joint state means the arm is unknown",
+                                 ChunkCheckConfig.max_state_age_s)  # fmt: skip
     max_time_scale: float = param("slowing a chunk down more than this is a veto",
                                   ChunkCheckConfig.max_time_scale)  # fmt: skip
     consequence: str = param("auto (rollout when the sim scene is published) or off", "auto")
@@ -95,7 +95,7 @@ class SafetyNode(Node):
         params = declare(self, SafetyParams)
         self.robot = load_robot(params.robot)
         rate = params.control_rate_hz
-        gate_config = build(GateConfig, params, period=1.0 / rate)
+        gate_config = build(GateConfig, params, control_period_s=1.0 / rate)
         keep_out = keep_out_boxes(params.keep_out_boxes)
         workspace = box_planes(params.workspace_min, params.workspace_max)
         self.workcell = build(Workcell, params, workspace=workspace, keep_out=keep_out)
@@ -146,16 +146,16 @@ class SafetyNode(Node):
             sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE)
         self.add_on_set_parameters_callback(self._on_parameters)
 
-        self._pacer = TickPacer(gate_config.period)
+        self._pacer = TickPacer(gate_config.control_period_s)
         # The gate ticks in the executor thread while the check worker computes: at the
         # default 5 ms switch interval the ticks would be delayed and then fire in bursts.
         sys.setswitchinterval(min(sys.getswitchinterval(), 0.0005))
         self._worker = threading.Thread(target=self._check_loop, name="chunk-check", daemon=True)
         self._worker.start()
-        self.create_timer(gate_config.period, self._tick)
+        self.create_timer(gate_config.control_period_s, self._tick)
         self.get_logger().info(
             f"safety for {self.robot.name}: gate at {rate:g} Hz -> {arm_topic}, "
-            f"timeout {gate_config.command_timeout * 1e3:.0f} ms"
+            f"timeout {gate_config.command_timeout_s * 1e3:.0f} ms"
         )
 
     # -- time --------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class SafetyNode(Node):
         if out.arm is not None:
             # More than one period: a controller that takes two one-point trajectories back to
             # back (a late callback) would otherwise cover two periods of motion in one.
-            lookahead = self.trajectory_lookahead * self.gate.config.period
+            lookahead = self.trajectory_lookahead * self.gate.config.control_period_s
             self._arm_pub.publish(
                 arm_command_msg(self.command_interface, self.robot.joints, out.arm, lookahead)
             )

@@ -2,7 +2,7 @@
 per parameter (in the spirit of generate_parameter_library).
 
 Each node module has a frozen dataclass of its parameters whose defaults come from the core
-config they feed (`GateConfig.command_timeout`, ...), so a default is written once. Describe a
+config they feed (`GateConfig.command_timeout_s`, ...), so a default is written once. Describe a
 field with `param("...")`; `declare(node, Params)` declares every field and returns the values,
 and `build(Config, params, ...)` makes the core config from them.
 """

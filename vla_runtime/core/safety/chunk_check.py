@@ -26,9 +26,9 @@ ACCEPT, CLIP, VETO, STALE = "accept", "clip", "veto", "stale"
 
 @dataclass(frozen=True)
 class ChunkCheckConfig:
-    max_observation_age: float = 1.0  # s between the observation and the check
-    max_future: float = 0.05  # s a stamp may lie ahead of now (clock skew) before it is vetoed
-    max_state_age: float = 0.2  # s: an older joint state means the arm's position is unknown
+    max_observation_age_s: float = 1.0  # s between the observation and the check
+    max_future_s: float = 0.05  # s a stamp may lie ahead of now (clock skew) before it is vetoed
+    max_state_age_s: float = 0.2  # s: an older joint state means the arm's position is unknown
     continuity_tolerance: float = 0.05  # rad on top of what max velocity allows until the start
     max_time_scale: float = 3.0  # slowing down more than this is a veto, not a clip
     # Chunks are slowed to this fraction of the joint velocity and acceleration limits: motion
@@ -39,10 +39,10 @@ class ChunkCheckConfig:
     # A chunk whose first live action the arm cannot reach because the arm is behind it (it
     # held while the chunk was computed, or was slowed down) starts late instead of being
     # vetoed: its time axis is shifted so that the latest passed action the arm can start from
-    # comes `retime_lead` s from now (a sync executor does this with every chunk).
+    # comes `retime_lead_s` s from now (a sync executor does this with every chunk).
     retime_behind: bool = True
-    retime_lead: float = 0.02
-    max_retime: float = 0.25  # s: a chunk that would start later than this is vetoed
+    retime_lead_s: float = 0.02
+    max_retime_s: float = 0.25  # s: a chunk that would start later than this is vetoed
     tcp_speed: float | None = None  # m/s; None: the robot's `tcp_speed`
     workcell: Workcell = field(default_factory=Workcell)
 
@@ -144,9 +144,9 @@ class ChunkChecker:
 
         # Freshness: how old the observation is, and whether anything is still in the future.
         age = now - chunk.stamp
-        if age < -cfg.max_future:
+        if age < -cfg.max_future_s:
             return _reject(VETO, "stamp lies in the future", observation_age_s=age)
-        if age > cfg.max_observation_age:
+        if age > cfg.max_observation_age_s:
             return _reject(STALE, "observation too old", observation_age_s=age)
         live = np.nonzero(chunk.stamp + times >= now)[0]
         if len(live) == 0:
@@ -160,7 +160,7 @@ class ChunkChecker:
             return _reject(VETO, "joint state unknown", **numbers)
         state_age = now - state_stamp
         numbers["state_age_s"] = state_age
-        if state_age > cfg.max_state_age:
+        if state_age > cfg.max_state_age_s:
             return _reject(VETO, "joint state too old", **numbers)
         arm = positions[:, arm_cols]
         state = np.asarray(state_positions, dtype=float)
@@ -244,8 +244,8 @@ class ChunkChecker:
 
     def _behind(self, passed, times, state, stamp, now, state_stamp):
         """(index, shift) of the latest already-passed action the arm can still start from
-        when it is shifted to `retime_lead` s from now; None when none is near the arm."""
-        start = now + self.config.retime_lead
+        when it is shifted to `retime_lead_s` s from now; None when none is near the arm."""
+        start = now + self.config.retime_lead_s
         for k in range(len(passed) - 1, -1, -1):
             jump, allowed = self._gap(passed[k], state, start - state_stamp)
             if (jump <= allowed).all():
@@ -256,7 +256,7 @@ class ChunkChecker:
         """(0, shift) that starts the chunk's first action once the arm can reach it at the
         planned velocity, when no action is near the arm because the chunk has moved on ahead
         of it along its own path (the arm held while the chunk was computed: its first actions
-        move away from the state); None otherwise or beyond `max_retime` s."""
+        move away from the state); None otherwise or beyond `max_retime_s` s."""
         cfg = self.config
         if len(arm) < 2:
             return None
@@ -265,9 +265,9 @@ class ChunkChecker:
         if not np.all(gap[off] * step[off] > 0.0):  # the arm is beside or beyond the chunk
             return None
         need = float(np.max((np.abs(gap) - cfg.continuity_tolerance) / self.planned_velocity))
-        start = max(now + cfg.retime_lead, state_stamp + need)
+        start = max(now + cfg.retime_lead_s, state_stamp + need)
         shift = start - (stamp + times[0])
-        return (0, shift) if 0.0 < shift <= cfg.max_retime else None
+        return (0, shift) if 0.0 < shift <= cfg.max_retime_s else None
 
     def _layout(self, chunk: Chunk):
         """Column of each arm joint (robot order) and of the gripper, or a veto."""

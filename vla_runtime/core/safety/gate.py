@@ -26,15 +26,15 @@ WAITING, RUNNING, STOPPING, ESTOP = "waiting", "running", "stopping", "estop"
 
 @dataclass(frozen=True)
 class GateConfig:
-    period: float = 0.004  # s between outputs (the control rate)
-    command_timeout: float = 0.1  # s without a fresh command before the gate stops the arm
+    control_period_s: float = 0.004  # s between outputs (the control rate)
+    command_timeout_s: float = 0.1  # s without a fresh command before the gate stops the arm
     start_tolerance: float = 0.05  # rad: an arming command must be this close to the state
-    state_timeout: float = 0.5  # s without a joint state before the gate stops the arm
-    max_command_lead: float = 0.25  # s a command's stamp may lie ahead of now
+    state_timeout_s: float = 0.5  # s without a joint state before the gate stops the arm
+    max_command_lead_s: float = 0.25  # s a command's stamp may lie ahead of now
     gripper_deadband: float = 0.0005  # m of width change worth a gripper command
-    event_interval: float = 1.0  # s between repeated events of one kind (counts accumulate)
+    event_interval_s: float = 1.0  # s between repeated events of one kind (counts accumulate)
     # s the clock may step back before the gate counts it as a jump (and restarts its watchdog).
-    clock_jump_tolerance: float = 0.02
+    clock_jump_tolerance_s: float = 0.02
     # The output moves within this fraction of the joint velocity and acceleration limits:
     # the arm's controller interpolates each output over its own cycle and trips its reflex a
     # hair above the limit, so output at 100 % would trip it on the first uneven period.
@@ -103,9 +103,9 @@ class CommandGate:
             reason = "non-finite arm values"
         elif gripper_width is not None and not math.isfinite(gripper_width):
             reason = "non-finite gripper width"
-        elif not math.isfinite(stamp) or now - stamp > cfg.command_timeout:
+        elif not math.isfinite(stamp) or now - stamp > cfg.command_timeout_s:
             reason = f"stale command ({now - stamp:.3f} s old)"
-        elif stamp - now > cfg.max_command_lead:
+        elif stamp - now > cfg.max_command_lead_s:
             reason = f"command stamped {stamp - now:.3f} s in the future"
         elif self.mode == ESTOP:
             reason = "e-stop latched"
@@ -124,7 +124,7 @@ class CommandGate:
         if self.target is not None and interval > 0.0:
             velocity = (clamped - self.target) / interval
             self.target_velocity = np.clip(velocity, -self.v_max, self.v_max)
-            self._target_velocity_until = now + 1.5 * max(interval, cfg.period)
+            self._target_velocity_until = now + 1.5 * max(interval, cfg.control_period_s)
         else:
             self.target_velocity = np.zeros(self.robot.dof)
         self.target = clamped
@@ -164,14 +164,14 @@ class CommandGate:
     # -- the control-rate step ---------------------------------------------------------------
     def tick(self, now: float) -> GateOutput:
         cfg = self.config
-        if now < self.latest_now - cfg.clock_jump_tolerance:
+        if now < self.latest_now - cfg.clock_jump_tolerance_s:
             self._clock_jumped_back(now)
         self.latest_now = now
         if self.mode == RUNNING:
-            if now - self.last_command_time > cfg.command_timeout:
+            if now - self.last_command_time > cfg.command_timeout_s:
                 self._begin_stop(STOPPING, now, "command_timeout",
                                  silent_s=now - self.last_command_time)  # fmt: skip
-            elif self.state_stamp is None or now - self.state_stamp > cfg.state_timeout:
+            elif self.state_stamp is None or now - self.state_stamp > cfg.state_timeout_s:
                 self._begin_stop(STOPPING, now, "state_lost")
         if self.output is None:
             return GateOutput(None, None, self._take_events())
@@ -194,7 +194,7 @@ class CommandGate:
     def _arm(self, command: np.ndarray, now: float) -> bool:
         """Start (or resume) following: the command must agree with where the arm is."""
         cfg = self.config
-        if self.state is None or now - self.state_stamp > cfg.state_timeout:
+        if self.state is None or now - self.state_stamp > cfg.state_timeout_s:
             self._event("arm_rejected", now, throttled=True, reason="joint state unknown")
             return False
         reference = self.output if self.output is not None else self.state
@@ -236,7 +236,7 @@ class CommandGate:
 
     def _step_toward(self, target: np.ndarray | None) -> None:
         """One output step: toward `target` or, with None, decelerate to rest."""
-        T = self.config.period
+        T = self.config.control_period_s
         q, v, a = self.output, self.velocity, self.acceleration
         dv = self.a_max * T
         if target is None:
@@ -278,7 +278,7 @@ class CommandGate:
     def _gripper_step(self) -> float | None:
         if self.gripper_target is None:
             return None
-        max_step = self.robot.gripper_max_speed * self.config.period
+        max_step = self.robot.gripper_max_speed * self.config.control_period_s
         current = self.gripper_output if self.gripper_output is not None else self.gripper_target
         if self.mode == RUNNING:
             current += min(max(self.gripper_target - current, -max_step), max_step)
@@ -297,7 +297,7 @@ class CommandGate:
         if throttled:
             last, count = self._throttle.get(kind, (-math.inf, 0))
             count += 1
-            if now - last < self.config.event_interval:
+            if now - last < self.config.event_interval_s:
                 self._throttle[kind] = (last, count)
                 return
             self._throttle[kind] = (now, 0)
