@@ -37,7 +37,7 @@ class StreamConfig:
         if not 1.0 <= self.stream_rate_hz <= self.state_rate_hz <= MAX_STATE_RATE_HZ:
             return (
                 f"need 1 <= stream_rate_hz ({self.stream_rate_hz}) <= state_rate_hz "
-                f"({self.state_rate_hz}) <= 1000"
+                f"({self.state_rate_hz}) <= {MAX_STATE_RATE_HZ:g}"
             )
         return None
 

@@ -5,12 +5,10 @@ or lock-step on /sim/step requests; core/pacing.py). The driver is the clock sou
 publishes /clock and stamps everything with sim time, so it never uses sim time itself. Cameras
 render in their own processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
 
-Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling
-(std_msgs/Float64 in percent on `speed_scaling_topic`, with every joint state; its default
-"auto" is /speed_scaling_state_broadcaster/speed_scaling for robots driven through
-scaled_joint_trajectory_controller, none for others): 100 x the `speed_scaling` parameter
-(a fraction, 1.0 by default, settable at run time to play the pendant's slider). The simulated
-arm itself is not slowed: it follows whatever it is commanded.
+Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling with every
+joint state (std_msgs/Float64 in percent on `speed_scaling_topic`, core/speed_scaling.py): the
+`speed_scaling` parameter, settable at run time to play the pendant's slider. The simulated arm
+itself is not slowed: it follows whatever it is commanded.
 
 Rejected commands go out as JSON events on /vla/driver/events. A command beyond the joint
 velocity / acceleration limits trips the simulator's reflex instead (see `sim.simulator`): the
@@ -75,10 +73,10 @@ class SimDriverNode(Node):
         super().__init__(name)
         self.params = params = declare(self, self.Params)
         robot = load_robot(params.robot)
-        self.rtf, self.lockstep = params.real_time_factor, params.lockstep
+        rtf = params.real_time_factor
         self.slider = SpeedSlider(params.speed_scaling)
-        if self.rtf < 0.0:
-            raise ValueError(f"real_time_factor must be >= 0, got {self.rtf}")
+        if rtf < 0.0:
+            raise ValueError(f"real_time_factor must be >= 0, got {rtf}")
         if self.get_parameter("use_sim_time").value:
             # The driver is the clock source; following /clock would make it wait on itself.
             self.get_logger().warning("use_sim_time ignored: the sim driver publishes /clock")
@@ -88,8 +86,8 @@ class SimDriverNode(Node):
         self._lock = threading.Lock()
         rates = {name: getattr(params, name) for name in STREAM_RATES}
         self._physics = PhysicsLoop(
-            StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, self.rtf,
-            self.lockstep, self._step, self._sim_time, self._publish, self.get_logger().warning,
+            StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, rtf,
+            params.lockstep, self._step, self._sim_time, self._publish, self.get_logger().warning,
         )  # fmt: skip
 
         self._clock_pub = self.create_publisher(Clock, topics.CLOCK, 10)
@@ -126,7 +124,7 @@ class SimDriverNode(Node):
         self._thread = threading.Thread(target=self._physics_loop, name="physics", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._check_physics)
-        mode = "lock-step" if self.lockstep else f"real-time factor {self.rtf:g}"
+        mode = "lock-step" if params.lockstep else f"real-time factor {rtf:g}"
         self.get_logger().info(
             f"simulated {params.robot} ({params.n_cubes} cubes, seed {params.seed}), {mode}; "
             "commands on " + ", ".join(self._topics.values())
@@ -209,7 +207,7 @@ class SimDriverNode(Node):
         with self._lock:
             fault, stamp = self.sim.fault, self.sim.time
         report = refused_command(self._topics[command], reason, fault, stamp)
-        if report.throttled:  # rclpy fixes a log call's throttling: one call per kind
+        if report.throttled:  # rclpy fixes the throttling of each call site: one per kind
             self.get_logger().error(report.log, throttle_duration_sec=1.0)
         else:
             self.get_logger().error(report.log)
