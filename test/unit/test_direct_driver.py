@@ -85,6 +85,26 @@ def test_finger_column_becomes_a_desired_width():
     assert "f1" in cmd.set_trajectory(["f1", "j1", "j2"], [[0.05, 0.1, 0.2]], [1.0], now=3.0)
 
 
+def test_a_stream_sample_is_the_setpoint_now_and_the_target_ahead_handing_the_width_over_once():
+    cmd = command(finger=True)
+    assert cmd.set_trajectory(["j1", "j2", "f1"], [[0.5, 0.6, 0.01]], [1.0], now=0.0) is None
+    sample = cmd.stream_sample(0.5, lookahead=0.1)
+    assert sample.tracking
+    np.testing.assert_allclose(sample.desired, [0.3, 0.4])  # halfway from (0.1, 0.2)
+    np.testing.assert_allclose(sample.target, [0.34, 0.44])  # 0.6 s along
+    np.testing.assert_allclose(sample.target_velocity, [0.4, 0.4])
+    assert sample.desired_width == pytest.approx(2 * 0.022)  # 0.6 s along from 0.04 to 0.01 m
+    assert cmd.desired_width is None  # handed over
+    # Sampling ahead past the end finishes the trajectory; the setpoint now was taken first.
+    sample = cmd.stream_sample(0.95, lookahead=0.1)
+    assert sample.tracking
+    np.testing.assert_allclose(sample.desired, [0.48, 0.58])
+    np.testing.assert_allclose(sample.target, [0.5, 0.6])
+    np.testing.assert_array_equal(sample.target_velocity, [0.0, 0.0])
+    assert not cmd.trajectory_active
+    assert cmd.stream_sample(2.0, lookahead=0.1).desired_width is None  # holding: no new width
+
+
 @pytest.mark.parametrize(
     ("message", "kind"),
     [

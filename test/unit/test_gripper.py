@@ -7,6 +7,7 @@ import pytest
 
 from vla_runtime.core.gripper import (
     FINGERS,
+    command_refusal,
     max_finger_speed,
     max_opening,
     opening_from_width,
@@ -41,3 +42,9 @@ def test_widths_outside_the_gripper_or_not_finite_are_refused():
     assert width_refusal(-0.001, 0.08) == "gripper width -0.001 outside [0, 0.08]"
     assert width_refusal(math.inf, 0.08).endswith("is not a finite number")
     assert width_refusal(math.nan, 0.08).endswith("is not a finite number")
+
+
+def test_a_gripper_command_carries_exactly_one_width():
+    assert command_refusal([0.04]) is None
+    assert command_refusal([]) == "gripper command needs exactly 1 value (width in m), got 0"
+    assert command_refusal([0.01, 0.02]).endswith("got 2")

@@ -25,7 +25,7 @@ from vla_runtime.nodes.engine import EngineNode, EngineParams
 from vla_runtime.nodes.safety import SafetyNode, SafetyParams
 from vla_runtime.nodes.scheduler import SchedulerNode, SchedulerParams
 from vla_runtime.nodes.streamer import StreamerNode, StreamerParams
-from vla_runtime.ros.parameters import defaults
+from vla_runtime.ros.parameters import defaults, on_run_time_set
 from vla_runtime.testing.fault_injector import FaultInjectorNode, FaultInjectorParams
 
 ROS_OWN = {"use_sim_time", "start_type_description_service"}  # every rclpy node has these
@@ -162,6 +162,31 @@ def test_declared_parameters_are_the_params_dataclass(ros, node_cls, params_cls)
             assert node.describe_parameter(name).description, f"{name} has no description"
     finally:
         _close(node)
+
+
+def test_a_parameter_set_at_run_time_is_applied_or_refused_with_the_reason(ros):
+    node = rclpy.create_node("settable")
+    try:
+        node.declare_parameter("gain", 1.0)
+        node.declare_parameter("mode", "a")
+        applied = []
+
+        def apply(parameter):
+            if parameter.name == "mode":
+                return "mode is fixed at start-up"
+            applied.append((parameter.name, parameter.value))
+            return None
+
+        on_run_time_set(node, apply)
+        assert node.set_parameters([Parameter("gain", value=2.0)])[0].successful
+        refused = node.set_parameters_atomically(
+            [Parameter("gain", value=3.0), Parameter("mode", value="b")]
+        )
+        assert not refused.successful and refused.reason == "mode is fixed at start-up"
+        assert node.get_parameter("gain").value == 2.0  # the refused set changed nothing
+        assert applied == [("gain", 2.0), ("gain", 3.0)]
+    finally:
+        node.destroy_node()
 
 
 def test_defaults_come_from_the_core_configs():

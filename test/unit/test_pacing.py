@@ -97,3 +97,12 @@ def test_free_running_follows_wall_time():
     loop = _loop(sim, clock=lambda: wall[0], sleep=lambda s: wall.__setitem__(0, wall[0] + s))
     loop.run()  # physics only advances as the (fake) wall clock does
     assert sim.steps == 100 and wall[0] == pytest.approx(0.1)
+
+
+def test_a_zero_step_request_publishes_every_stream_again_and_free_running_refuses_requests():
+    sim = _Sim(until=1)
+    loop = _loop(sim, lockstep=True)
+    assert loop.request(0)
+    assert sim.published == [(0, (True, True))] and sim.steps == 0  # at once, no step taken
+    free = _loop(_Sim(until=1))
+    assert not free.request(5)

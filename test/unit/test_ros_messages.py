@@ -24,6 +24,7 @@ from vla_runtime.ros.messages import (
     event_json,
     image_from_msg,
     image_msg,
+    joint_state_msg,
     joint_state_values,
     parse_request_id,
     refused_request,
@@ -101,6 +102,14 @@ def test_joint_state_values_in_the_asked_order():
     short = JointState(name=["a", "b"], position=[1.0])
     assert joint_state_values(short, ["b"]) is None
     assert joint_state_values(short, ["a"]) == ([1.0], None)
+
+
+def test_a_joint_state_message_carries_the_names_stamp_and_floats():
+    msg = joint_state_msg(("a", "b"), Time(sec=3, nanosec=5), np.array([1.0, 2.0]), [0, 0.5])
+    assert list(msg.name) == ["a", "b"] and (msg.header.stamp.sec, msg.header.stamp.nanosec) == (
+        3, 5)  # fmt: skip
+    assert list(msg.position) == [1.0, 2.0] and list(msg.velocity) == [0.0, 0.5]
+    assert joint_state_values(msg, ["b"]) == ([2.0], [0.5])
 
 
 def test_command_is_stamped_with_the_command_time():

@@ -90,6 +90,7 @@ def test_trajectory_goal_reached_within_0_01_rad(sim):
         lambda s, q: s.set_forward_positions([*q[:6], 10.0]),
         lambda s, q: s.set_gripper(0.2),
         lambda s, q: s.set_gripper(math.nan),
+        lambda s, q: s.set_gripper_command([0.01, 0.02]),
     ],
     ids=[
         "jtc-names",
@@ -101,6 +102,7 @@ def test_trajectory_goal_reached_within_0_01_rad(sim):
         "fwd-limit",
         "gripper-range",
         "gripper-nan",
+        "gripper-count",
     ],  # fmt: skip
 )
 def test_malformed_command_rejected_and_arm_holds(sim, command):
@@ -121,7 +123,7 @@ def test_forward_positions_and_gripper(sim):
     # A first forward step is judged over 20 ms: 0.04 rad is 2 rad/s, inside every limit.
     target = np.array(sim.robot.home) + 0.04
     assert sim.set_forward_positions(target.tolist()) is None
-    assert sim.set_gripper(0.03) is None
+    assert sim.set_gripper_command([0.03]) is None
     run_for(sim, 1.0)
     assert np.abs(sim.arm_positions - target).max() < 0.01
     assert sim.gripper_width == pytest.approx(0.03, abs=1e-3)

@@ -205,6 +205,8 @@ def test_trajectory_over_the_velocity_limit_trips_and_latches(sim):
         sim.set_trajectory(arm(sim), [slow], [1.0]),
         sim.set_forward_positions(home.tolist()),
         sim.set_gripper(0.02),
+        sim.set_gripper_command([0.02]),
+        sim.set_gripper_command([]),  # malformed too: the latched fault is the reason given
     ):
         assert refused.startswith(reason) and "latched" in refused
     run_for(sim, 0.5)

@@ -13,6 +13,7 @@ from vla_runtime.core.speed_scaling import (
     UR_SPEED_SCALING_TOPIC,
     PlanClock,
     SpeedScalingInput,
+    SpeedSlider,
     broadcast_topic,
     speed_fraction,
 )
@@ -238,3 +239,14 @@ def test_a_simulated_arm_broadcasts_speed_scaling_where_the_ur_driver_would():
     assert broadcast_topic("auto", "fr3_arm_controller") == ""
     assert broadcast_topic("", ur) == ""  # turned off
     assert broadcast_topic("/slider", "fr3_arm_controller") == "/slider"
+
+
+def test_a_simulated_pendant_slider_takes_fractions_and_publishes_percent():
+    slider = SpeedSlider(0.25)
+    assert slider.percent == 25.0
+    assert slider.set(0.5) is None and slider.percent == 50.0
+    for refused in (1.5, -0.1, math.nan, 1, True, "0.5"):  # an integer is not a float either
+        assert slider.set(refused) == "speed_scaling must be a float in [0, 1]"
+    assert slider.fraction == 0.5
+    with pytest.raises(ValueError, match=r"speed_scaling must be in \[0, 1\], got 1.2"):
+        SpeedSlider(1.2)

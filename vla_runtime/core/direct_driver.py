@@ -3,7 +3,8 @@
 - `ArmCommand`: the desired arm motion from ros2_control-style commands (a JTC trajectory, a
   forward position command, or hold), sampled at the driver's streaming rate. Same semantics as
   the simulated and the real controllers: a trajectory starts from the current setpoint, stamp 0
-  means now, a rejected command freezes the setpoint where it is.
+  means now, a rejected command freezes the setpoint where it is. `stream_sample` is what a
+  driver streaming targets ahead of now takes from it.
 - `classify_libfranka_error`: which libfranka failure a ControlException message reports.
 - `Reconnector`: back-off state machine for re-establishing a lost robot connection.
 
@@ -27,6 +28,15 @@ from vla_runtime.core.trajectory import (
 )
 
 STREAM_GAP_S = 0.05  # forward commands closer than this form a stream (a gate sends 4 ms apart)
+
+
+@dataclass(frozen=True)
+class StreamSample:
+    tracking: bool  # whether the arm is meant to follow the setpoint now (`ArmCommand.tracking`)
+    desired: np.ndarray  # arm positions desired now
+    target: np.ndarray  # arm positions desired `lookahead` s from now
+    target_velocity: np.ndarray
+    desired_width: float | None  # a gripper width a trajectory asked for since the last sample
 
 
 class ArmCommand:
@@ -147,6 +157,15 @@ class ArmCommand:
         self.hold(values)
         self._forward_times = (self._forward_times[1], now)
         return None
+
+    def stream_sample(self, now: float, lookahead: float) -> StreamSample:
+        """The setpoint now and the target `lookahead` s ahead (copies), sampled in that order:
+        sampling ahead may finish the trajectory. The desired width is handed over once."""
+        tracking = self.tracking(now)
+        desired = self.sample(now)[0].copy()
+        target, velocity = self.sample(now + lookahead)
+        width, self.desired_width = self.desired_width, None
+        return StreamSample(tracking, desired, target.copy(), velocity.copy(), width)
 
     def tracking(self, now: float, max_gap: float = STREAM_GAP_S) -> bool:
         """Whether the setpoint is one the arm is meant to be following now: a trajectory, or a

@@ -10,6 +10,7 @@ fingers. Every conversion between the two goes through this module.
 from __future__ import annotations
 
 import math
+from collections.abc import Sized
 
 from vla_runtime.core.robot import RobotConfig
 
@@ -42,4 +43,12 @@ def width_refusal(width: float, max_width: float) -> str | None:
         return f"gripper width {width!r} is not a finite number"
     if not 0.0 <= width <= max_width:
         return f"gripper width {width} outside [0, {max_width}]"
+    return None
+
+
+def command_refusal(values: Sized) -> str | None:
+    """Why a gripper controller command (std_msgs/Float64MultiArray data: one width, m) is
+    malformed, or None when it carries one value."""
+    if len(values) != 1:
+        return f"gripper command needs exactly 1 value (width in m), got {len(values)}"
     return None

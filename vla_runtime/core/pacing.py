@@ -129,11 +129,19 @@ class PhysicsLoop:
         else:
             self._free_loop()
 
-    def request(self, n: int) -> None:
-        """Lock-step: advance `n` more steps."""
+    def request(self, n: int) -> bool:
+        """Lock-step: advance `n` more steps; 0 publishes every stream again now, in the caller's
+        thread (what was published at start is lost when it went out before the requester's
+        subscriptions had matched). False, doing nothing, when free-running."""
+        if not self.lockstep:
+            return False
+        if n == 0:
+            self._publish(*(True for _ in self.grid.periods))
+            return True
         with self._wake:
             self._pending += n
             self._wake.notify()
+        return True
 
     def stop(self) -> None:
         with self._wake:

@@ -52,6 +52,27 @@ def speed_fraction(reading: float, unit: str = "percent") -> tuple[float | None,
     return min(max(fraction, 0.0), 1.0), None
 
 
+class SpeedSlider:
+    """A simulated arm's pendant speed slider (the sim driver's `speed_scaling` parameter): a
+    fraction in [0, 1], published in percent as UR's broadcaster does."""
+
+    def __init__(self, fraction: float):
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"speed_scaling must be in [0, 1], got {fraction}")
+        self.fraction = fraction
+
+    def set(self, value) -> str | None:
+        """Move the slider to `value` at run time; why it stays, or None."""
+        if not isinstance(value, float) or not 0.0 <= value <= 1.0:
+            return "speed_scaling must be a float in [0, 1]"
+        self.fraction = value
+        return None
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.fraction
+
+
 class PlanClock:
     """Plan time tau as a function of time t (ROS time, the streamer's command-time axis):
     d tau / dt = s, the speed fraction in force. Piecewise linear with a breakpoint wherever s

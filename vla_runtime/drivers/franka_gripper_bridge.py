@@ -32,6 +32,7 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import command_refusal
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.parameters import build, declare, param
@@ -114,10 +115,7 @@ class FrankaGripperBridge(Node):
         if self.actions is None:  # already said once why
             self.counts["ignored"] += 1
             return
-        if len(msg.data) != 1:
-            reason = f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
-        else:
-            reason = self.intent.command(float(msg.data[0]))
+        reason = command_refusal(msg.data) or self.intent.command(float(msg.data[0]))
         if reason is not None:
             self.counts["ignored"] += 1
             self._warn(f"{self.command_topic}: {reason}; ignored")

@@ -36,6 +36,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
 from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopics
+from vla_runtime.ros.messages import joint_state_msg
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.runtime import run_node
 
@@ -147,11 +148,8 @@ class URRtdeDriverNode(CommandTopics, Node):
         return np.array(self._receive.getActualQ(), dtype=float)
 
     def _publish_state(self, q: np.ndarray) -> None:
-        msg = JointState(name=list(self.robot_config.joints))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.position = q.tolist()
-        msg.velocity = [float(v) for v in self._receive.getActualQd()]
-        self._state_pub.publish(msg)
+        stamp, velocities = self.get_clock().now().to_msg(), self._receive.getActualQd()
+        self._state_pub.publish(joint_state_msg(self.robot_config.joints, stamp, q, velocities))
         # As Universal_Robots_ROS2_Driver: slider x runtime scaling, in percent.
         scaling = self._receive.getSpeedScaling() * self._receive.getTargetSpeedFraction()
         self._scaling_pub.publish(Float64(data=100.0 * float(scaling)))

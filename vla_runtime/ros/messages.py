@@ -151,6 +151,15 @@ def joint_state_values(msg: JointState, joints: Sequence[str]):
     return positions, [msg.velocity[c] for c in columns]
 
 
+def joint_state_msg(names: Sequence[str], stamp: TimeMsg, positions, velocities) -> JointState:
+    """A JointState of `names` (a driver's /joint_states)."""
+    msg = JointState(name=list(names))
+    msg.header.stamp = stamp
+    msg.position = [float(v) for v in positions]
+    msg.velocity = [float(v) for v in velocities]
+    return msg
+
+
 def command_msg(joint_names: Sequence[str], setpoint: Setpoint) -> JointState:
     """The streamer's command: the setpoint, stamped with the command time it is for."""
     msg = JointState(name=list(joint_names))

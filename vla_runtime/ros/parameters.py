@@ -4,15 +4,17 @@ per parameter (in the spirit of generate_parameter_library).
 Each node module has a frozen dataclass of its parameters whose defaults come from the core
 config they feed (`GateConfig.command_timeout_s`, ...), so a default is written once. Describe a
 field with `param("...")`; `declare(node, Params)` declares every field and returns the values,
-and `build(Config, params, ...)` makes the core config from them.
+and `build(Config, params, ...)` makes the core config from them. `on_run_time_set(node, apply)`
+takes the parameters set while the node runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TypeVar
 
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -69,6 +71,20 @@ def build(cls: type[P], params, **given) -> P:
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     shared = {n: getattr(params, n) for n in names if hasattr(params, n) and n not in given}
     return cls(**shared, **given)
+
+
+def on_run_time_set(node: Node, apply: Callable[[Parameter], str | None]) -> None:
+    """Pass each parameter set on the running `node` to `apply`, which applies it and returns
+    None, or returns why it is refused: the first refusal fails the set with that reason."""
+
+    def on_set(parameters: list[Parameter]) -> SetParametersResult:
+        for parameter in parameters:
+            reason = apply(parameter)
+            if reason is not None:
+                return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    node.add_on_set_parameters_callback(on_set)
 
 
 def _converted(name: str, value, default):

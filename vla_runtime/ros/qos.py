@@ -15,5 +15,6 @@ def latched(depth: int = 1) -> QoSProfile:
 
 
 LATCHED = latched()
-# The sim scene's state: a stream where only the newest message matters.
+# The sim scene's state: a stream where only the newest message matters (its subscribers').
 SCENE_STATE = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
+SCENE_STATE_PUBLISHER = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)

@@ -20,7 +20,12 @@ import math
 import mujoco
 import numpy as np
 
-from vla_runtime.core.gripper import max_opening, opening_from_width, width_refusal
+from vla_runtime.core.gripper import (
+    command_refusal,
+    max_opening,
+    opening_from_width,
+    width_refusal,
+)
 from vla_runtime.core.motion_limits import (
     FIRST_STEP_DT_S,
     ForwardStream,
@@ -274,6 +279,15 @@ class Simulator:
             return None
         self.hold()
         return reason
+
+    def set_gripper_command(self, values) -> str | None:
+        """A gripper controller command's data (one width, m): a malformed one holds the arm,
+        refused for the latched fault if there is one."""
+        reason = command_refusal(values)
+        if reason is None:
+            return self.set_gripper(values[0])
+        self.hold()
+        return self.refusal() or reason
 
     def hold(self) -> None:
         """Freeze the setpoint where it is now; any trajectory in progress stops."""

@@ -5,18 +5,15 @@ or lock-step on /sim/step requests; core/pacing.py). The driver is the clock sou
 publishes /clock and stamps everything with sim time, so it never uses sim time itself. Cameras
 render in their own processes from /sim/scene_xml (latched) and the /sim/scene_state qpos stream.
 
-Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling
-(std_msgs/Float64 in percent on `speed_scaling_topic`, with every joint state; its default
-"auto" is /speed_scaling_state_broadcaster/speed_scaling for robots driven through
-scaled_joint_trajectory_controller, none for others): 100 x the `speed_scaling` parameter
-(a fraction, 1.0 by default, settable at run time to play the pendant's slider). The simulated
-arm itself is not slowed: it follows whatever it is commanded.
+Like Universal_Robots_ROS2_Driver, a simulated UR arm publishes its speed scaling with every
+joint state (std_msgs/Float64 in percent on `speed_scaling_topic`, core/speed_scaling.py): the
+`speed_scaling` parameter, settable at run time to play the pendant's slider. The simulated arm
+itself is not slowed: it follows whatever it is commanded.
 
-Rejected commands go out as JSON events on /vla/driver/events (`"event": "rejected"` with the
-reason). A command beyond the joint velocity / acceleration limits trips the simulator's reflex
-instead (see `sim.simulator`): the event is `"event": "reflex"` with `"fault"`, the arm holds
-and every later command is refused (again a "reflex" event naming the fault) until a
-std_msgs/Empty on /vla/driver/recover clears it (answered by a `"recovered"` event).
+Rejected commands go out as JSON events on /vla/driver/events. A command beyond the joint
+velocity / acceleration limits trips the simulator's reflex instead (see `sim.simulator`): the
+arm holds and every later command is refused until a std_msgs/Empty on /vla/driver/recover
+clears it; core/reflex_events.py says what each of these reports.
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Empty, Float64, Float64MultiArray, String, UInt32
@@ -37,17 +32,17 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.pacing import PhysicsLoop, StepGrid
+from vla_runtime.core.reflex_events import recovered, refused_command
 from vla_runtime.core.robot import load_robot
-from vla_runtime.core.speed_scaling import broadcast_topic
+from vla_runtime.core.speed_scaling import SpeedSlider, broadcast_topic
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams
 from vla_runtime.ros.messages import to_time, trajectory_arguments
-from vla_runtime.ros.parameters import declare, param
-from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.parameters import declare, on_run_time_set, param
+from vla_runtime.ros.qos import LATCHED, SCENE_STATE_PUBLISHER
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import SceneConfig
 
-BEST_EFFORT = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
 STREAM_RATES = ("clock_rate_hz", "state_rate_hz", "scene_state_rate_hz")  # _publish's order
 # Parameters a running simulation cannot take (seed and speed_scaling can be set at run time).
 FIXED_AT_START = ("robot", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic")
@@ -78,12 +73,10 @@ class SimDriverNode(Node):
         super().__init__(name)
         self.params = params = declare(self, self.Params)
         robot = load_robot(params.robot)
-        self.rtf, self.lockstep = params.real_time_factor, params.lockstep
-        self._speed_scaling = params.speed_scaling
-        if not 0.0 <= self._speed_scaling <= 1.0:
-            raise ValueError(f"speed_scaling must be in [0, 1], got {self._speed_scaling}")
-        if self.rtf < 0.0:
-            raise ValueError(f"real_time_factor must be >= 0, got {self.rtf}")
+        rtf = params.real_time_factor
+        self.slider = SpeedSlider(params.speed_scaling)
+        if rtf < 0.0:
+            raise ValueError(f"real_time_factor must be >= 0, got {rtf}")
         if self.get_parameter("use_sim_time").value:
             # The driver is the clock source; following /clock would make it wait on itself.
             self.get_logger().warning("use_sim_time ignored: the sim driver publishes /clock")
@@ -93,14 +86,14 @@ class SimDriverNode(Node):
         self._lock = threading.Lock()
         rates = {name: getattr(params, name) for name in STREAM_RATES}
         self._physics = PhysicsLoop(
-            StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, self.rtf,
-            self.lockstep, self._step, self._sim_time, self._publish, self.get_logger().warning,
+            StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, rtf,
+            params.lockstep, self._step, self._sim_time, self._publish, self.get_logger().warning,
         )  # fmt: skip
 
         self._clock_pub = self.create_publisher(Clock, topics.CLOCK, 10)
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._scene_pub = self.create_publisher(
-            Float64MultiArray, topics.SIM_SCENE_STATE, BEST_EFFORT
+            Float64MultiArray, topics.SIM_SCENE_STATE, SCENE_STATE_PUBLISHER
         )
         self._xml_pub = self.create_publisher(String, topics.SIM_SCENE_XML, LATCHED)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
@@ -121,7 +114,7 @@ class SimDriverNode(Node):
         self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
         self.create_subscription(UInt32, topics.SIM_STEP, self._on_step_request, 10)
         self.create_subscription(Empty, topics.DRIVER_RECOVER, self._on_recover, 10)
-        self.add_on_set_parameters_callback(self._on_parameters)
+        on_run_time_set(self, self._set_at_run_time)
 
         self._publish_xml()
         self._publish_all()
@@ -131,7 +124,7 @@ class SimDriverNode(Node):
         self._thread = threading.Thread(target=self._physics_loop, name="physics", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._check_physics)
-        mode = "lock-step" if self.lockstep else f"real-time factor {self.rtf:g}"
+        mode = "lock-step" if params.lockstep else f"real-time factor {rtf:g}"
         self.get_logger().info(
             f"simulated {params.robot} ({params.n_cubes} cubes, seed {params.seed}), {mode}; "
             "commands on " + ", ".join(self._topics.values())
@@ -181,7 +174,7 @@ class SimDriverNode(Node):
             msg.velocity = velocities.tolist()
             self._state_pub.publish(msg)
             if self._scaling_pub is not None:  # percent, as UR's broadcaster publishes it
-                self._scaling_pub.publish(Float64(data=100.0 * self._speed_scaling))
+                self._scaling_pub.publish(Float64(data=self.slider.percent))
         if scene:
             self._scene_msg.data = [t, *qpos]
             self._scene_pub.publish(self._scene_msg)
@@ -204,70 +197,37 @@ class SimDriverNode(Node):
         self._report("forward", reason)
 
     def _on_gripper(self, msg: Float64MultiArray) -> None:
-        if len(msg.data) != 1:
-            with self._lock:
-                self.sim.hold()
-                reason = self.sim.refusal() or (
-                    f"gripper command needs exactly 1 value (width in m), got {len(msg.data)}"
-                )
-        else:
-            with self._lock:
-                reason = self.sim.set_gripper(msg.data[0])
+        with self._lock:
+            reason = self.sim.set_gripper_command(msg.data)
         self._report("gripper", reason)
 
     def _report(self, command: str, reason: str | None) -> None:
         if reason is None:
             return
-        topic = self._topics[command]
         with self._lock:
             fault, stamp = self.sim.fault, self.sim.time
-        event = {"event": "rejected", "topic": topic, "reason": reason, "stamp": stamp}
-        if fault is None:
-            self.get_logger().error(f"rejected command on {topic}: {reason}; holding")
-        elif reason == fault:  # this command tripped the reflex
-            event.update(event="reflex", fault=fault)
-            self.get_logger().error(
-                f"reflex on {topic}: {reason}; holding until recovery "
-                f"(std_msgs/Empty on {topics.DRIVER_RECOVER})"
-            )
-        else:  # refused while the fault is latched: a stream of these must not flood the log
-            event.update(event="reflex", fault=fault)
-            self.get_logger().error(
-                f"refused command on {topic}: {fault} is latched; recover on "
-                f"{topics.DRIVER_RECOVER}",
-                throttle_duration_sec=1.0,
-            )
-        self._event_pub.publish(String(data=json.dumps(event)))
+        report = refused_command(self._topics[command], reason, fault, stamp)
+        if report.throttled:  # rclpy fixes the throttling of each call site: one per kind
+            self.get_logger().error(report.log, throttle_duration_sec=1.0)
+        else:
+            self.get_logger().error(report.log)
+        self._publish_event(report.event)
 
     def _on_recover(self, _msg: Empty) -> None:
         with self._lock:
             fault, stamp = self.sim.recover(), self.sim.time
-        if fault is None:
-            self.get_logger().info("recovery requested: no fault latched")
-        else:
-            self.get_logger().info(f"recovered from {fault}; accepting commands again")
-        event = {"event": "recovered", "fault": fault, "stamp": stamp}
+        report = recovered(fault, stamp)
+        self.get_logger().info(report.log)
+        self._publish_event(report.event)
+
+    def _publish_event(self, event: dict) -> None:
         self._event_pub.publish(String(data=json.dumps(event)))
 
     def _on_step_request(self, msg: UInt32) -> None:
-        if not self.lockstep:
+        if not self._physics.request(int(msg.data)):
             self.get_logger().warning(
                 f"ignoring {topics.SIM_STEP}: not in lock-step mode", throttle_duration_sec=5.0
             )
-            return
-        if msg.data == 0:
-            # A 0-step request asks for the current state again: the one published at start
-            # is lost when it goes out before the requester's subscriptions have matched.
-            self._publish_all()
-            return
-        self._physics.request(int(msg.data))
-
-    def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        for parameter in parameters:
-            reason = self._set_at_run_time(parameter)
-            if reason is not None:
-                return SetParametersResult(successful=False, reason=reason)
-        return SetParametersResult(successful=True)
 
     def _set_at_run_time(self, parameter: Parameter) -> str | None:
         """Apply a parameter set at run time; why it is refused, or None."""
@@ -279,9 +239,7 @@ class SimDriverNode(Node):
             self._publish_xml()  # tells cameras the scene was re-laid
             self.get_logger().info(f"cubes re-placed with seed {parameter.value}")
         elif parameter.name == "speed_scaling":
-            if parameter.type_ != Parameter.Type.DOUBLE or not 0.0 <= parameter.value <= 1.0:
-                return "speed_scaling must be a float in [0, 1]"
-            self._speed_scaling = float(parameter.value)
+            return self.slider.set(parameter.value)
         elif parameter.name in FIXED_AT_START:
             return f"{parameter.name} is fixed at start-up"
         return None

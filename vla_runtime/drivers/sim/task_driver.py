@@ -144,7 +144,7 @@ class TaskSimDriverNode(SimDriverNode):
                 "reason": "command from before the episode reset",
                 "stamp": self.sim.time,
             }
-            self._event_pub.publish(String(data=json.dumps(event)))  # fmt: skip
+            self._publish_event(event)
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
         if not self._from_before_reset(msg.data, "forward"):
