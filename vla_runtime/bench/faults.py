@@ -169,6 +169,14 @@ class LoopRecorder(Recorder):
         recent = [dq for t, _, dq in self.states[-200:] if t >= self.sim_now - window_s]
         return float(np.abs(np.array(recent)).max()) if recent else 0.0
 
+    def checking(self) -> bool:
+        """The newest chunk on /vla/action_chunk has no verdict yet: the safety node holds it."""
+        if not self.chunks:
+            return False
+        newest = round(self.chunks[-1][1], 6)
+        recent = [e for _, e in self.events[-100:] if e.get("event") == "chunk"]
+        return all(round(e["stamp"], 6) != newest for e in recent)
+
     def running(self) -> bool:
         """The loop is closed: the arm moves and the gate has sent a command just now."""
         fresh = self.outputs and self.outputs[-1][0] >= self.sim_now - 0.1
@@ -203,8 +211,12 @@ def inject(name: str, rec: LoopRecorder, procs: Supervisor, settings: dict) -> W
     marks = {"outputs": len(rec.outputs), "events": len(rec.events), "states": len(rec.states),
              "chunks": len(rec.chunks), "injected": len(rec.injected)}  # fmt: skip
 
-    # Strike while the arm moves fast, so that stopping it is a real test.
-    rec.wait(lambda: rec.speed(0.05) > FAST_SPEED, 5.0)
+    # Strike while the arm moves fast, so that stopping it is a real test; kill the safety node
+    # between two checks, or the chunk it was checking could never get a verdict.
+    def ready() -> bool:
+        return rec.speed(0.05) > FAST_SPEED and not (name == "kill_safety" and rec.checking())
+
+    rec.wait(ready, 5.0)
     now = rec.sim_now
     window = Window(name, now, now, now, marks=marks, speed=rec.speed(0.05))
     observe = settings["observe_s"]
