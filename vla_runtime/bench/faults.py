@@ -241,8 +241,8 @@ def inject(name: str, rec: LoopRecorder, procs: Supervisor, settings: dict) -> W
     elif name.startswith("kill_"):
         node = name.removeprefix("kill_")
         last = rec.commands[-1][0] if node == "streamer" and rec.commands else None
+        window.onset = rec.sim_now  # the SIGKILL: the node judges nothing arriving after it
         procs[node].kill()
-        window.onset = rec.sim_now
         window.reference = last if last is not None else window.onset
     else:
         raise ValueError(f"unknown fault {name!r}; choose from {ALL_FAULTS}")
