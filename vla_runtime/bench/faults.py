@@ -11,9 +11,10 @@ the engine) to drop, delay and freeze; processes are killed with SIGKILL and res
 bench itself publishes the bad /clock, malformed messages and garbage commands.
 
 Per fault, from what a recorder node in this process saw:
-- unsafe_commands: commands on /forward_position_controller/commands that break a limit of
-  config/robots/<robot>.yaml by finite differences (position less the margin, velocity,
-  acceleration, jerk; one control period apart; a restarted gate is judged across its gap);
+- unsafe_commands: the safety gate's arm commands (on the topic of the stack's
+  command_interface) that break a limit of config/robots/<robot>.yaml by finite differences
+  (position less the margin, velocity, acceleration, jerk; one gate period apart; a restarted
+  gate is judged across its gap);
 - detection_ms: fault onset -> the first reaction of the safety layer on /vla/safety/events
   (anything but an accept/clip verdict); null when the streamer absorbed the fault;
 - stop_ms: reference -> the simulated arm at rest (every joint < 0.02 rad/s in /joint_states,
@@ -32,6 +33,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,7 +45,9 @@ from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
 from vla_runtime.engine.remote.server import PolicyServer
+from vla_runtime.nodes.safety import SafetyParams
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.parameters import defaults
 from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.resolver import NodeSpec, resolve_stack
 from vla_runtime.stack.supervisor import Supervisor, node_env
@@ -90,13 +94,14 @@ def bench_nodes(settings: dict, endpoint: str) -> list[NodeSpec]:
             "backend": "remote",
             "image_size": settings["image_size"],
             "camera_fps": settings["camera_fps"],
+            "endpoint": endpoint,
         },
     )
     nodes = []
     for spec in stack.nodes:
         params, remaps = dict(spec.parameters), dict(spec.remappings)
         if spec.name == "engine":
-            params.update(endpoint=endpoint, remote_timeout_s=5.0)
+            params["remote_timeout_s"] = 5.0
             remaps[topics.ACTION_CHUNK] = RAW_CHUNK
         elif spec.executable == "vla-camera":
             name = params["camera_name"]
@@ -111,6 +116,29 @@ def bench_nodes(settings: dict, endpoint: str) -> list[NodeSpec]:
     return nodes
 
 
+@dataclass(frozen=True)
+class GateOutput:
+    """The safety gate's arm commands as the stack's safety node sends them."""
+
+    msg_type: type
+    topic: str
+    positions: Callable  # message -> the commanded arm positions
+    period: float  # s between the gate's outputs
+    command_timeout: float  # s
+
+
+def gate_output(safety: NodeSpec, robot) -> GateOutput:
+    """Where the gate of the `safety` node spec commands the arm, and at which rate: its
+    parameters as the node starts with them (the stack's, else the node's defaults)."""
+    params = {**defaults(SafetyParams), **safety.parameters}
+    timing = dict(period=1.0 / params["control_rate_hz"], command_timeout=params["command_timeout"])
+    if params["command_interface"] == "trajectory":
+        topic = topics.trajectory_command(robot.controllers["trajectory"])
+        return GateOutput(JointTrajectory, topic, lambda m: list(m.points[0].positions), **timing)
+    topic = topics.forward_command(robot.controllers["forward_position"])
+    return GateOutput(Float64MultiArray, topic, lambda m: list(m.data), **timing)
+
+
 # -- what the bench sees ---------------------------------------------------------------------
 
 
@@ -119,14 +147,13 @@ class LoopRecorder(Recorder):
     Arrivals are stamped `sim_now`, the driver's latest /joint_states stamp, which bad /clock
     messages cannot move."""
 
-    def __init__(self, domain_id: int, robot):
+    def __init__(self, domain_id: int, robot, gate: GateOutput):
         super().__init__("fault_bench", domain_id=domain_id, background=True)
         self.robot = robot
         self.clock = lambda: self.sim_now
         # The bench publishes malformed joint states itself: those are not the arm's.
         self.states = self.record_joints(robot.joints)
-        forward = topics.forward_command(robot.controllers["forward_position"])
-        self.outputs = self.record(Float64MultiArray, forward, 10000, lambda m: list(m.data))
+        self.outputs = self.record(gate.msg_type, gate.topic, 10000, gate.positions)
         self.events = self.record(String, topics.SAFETY_EVENTS, 10000, json_data)
         self.chunks = self.record(JointTrajectory, topics.ACTION_CHUNK, 1000,
                                   lambda m: to_seconds(m.header.stamp))  # fmt: skip
@@ -141,6 +168,14 @@ class LoopRecorder(Recorder):
     def speed(self, window_s: float = 0.2) -> float:
         recent = [dq for t, _, dq in self.states[-200:] if t >= self.sim_now - window_s]
         return float(np.abs(np.array(recent)).max()) if recent else 0.0
+
+    def checking(self) -> bool:
+        """The newest chunk on /vla/action_chunk has no verdict yet: the safety node holds it."""
+        if not self.chunks:
+            return False
+        newest = round(self.chunks[-1][1], 6)
+        recent = [e for _, e in self.events[-100:] if e.get("event") == "chunk"]
+        return all(round(e["stamp"], 6) != newest for e in recent)
 
     def running(self) -> bool:
         """The loop is closed: the arm moves and the gate has sent a command just now."""
@@ -175,8 +210,13 @@ DROP_WAIT_PER_CHUNK_S = 5.0  # > the streamer's request timeout (2 s) + an infer
 def inject(name: str, rec: LoopRecorder, procs: Supervisor, settings: dict) -> Window:
     marks = {"outputs": len(rec.outputs), "events": len(rec.events), "states": len(rec.states),
              "chunks": len(rec.chunks), "injected": len(rec.injected)}  # fmt: skip
-    # Strike while the arm moves fast, so that stopping it is a real test.
-    rec.wait(lambda: rec.speed(0.05) > FAST_SPEED, 5.0)
+
+    # Strike while the arm moves fast, so that stopping it is a real test; kill the safety node
+    # between two checks, or the chunk it was checking could never get a verdict.
+    def ready() -> bool:
+        return rec.speed(0.05) > FAST_SPEED and not (name == "kill_safety" and rec.checking())
+
+    rec.wait(ready, 5.0)
     now = rec.sim_now
     window = Window(name, now, now, now, marks=marks, speed=rec.speed(0.05))
     observe = settings["observe_s"]
@@ -201,8 +241,8 @@ def inject(name: str, rec: LoopRecorder, procs: Supervisor, settings: dict) -> W
     elif name.startswith("kill_"):
         node = name.removeprefix("kill_")
         last = rec.commands[-1][0] if node == "streamer" and rec.commands else None
+        window.onset = rec.sim_now  # the SIGKILL: the node judges nothing arriving after it
         procs[node].kill()
-        window.onset = rec.sim_now
         window.reference = last if last is not None else window.onset
     else:
         raise ValueError(f"unknown fault {name!r}; choose from {ALL_FAULTS}")
@@ -248,7 +288,7 @@ def _first_chunk_of_new_safety(rec: LoopRecorder, window: Window, timeout_s: flo
     return next((t for t, s in reversed(rec.chunks) if round(s, 6) == stamp), rec.sim_now) - 1e-6
 
 
-def summarize(window: Window, rec: LoopRecorder, audit, gate_config: dict, settings: dict) -> dict:
+def summarize(window: Window, rec: LoopRecorder, audit, gate: GateOutput, settings: dict) -> dict:
     m = window.marks
     in_window = [i for i in audit.unsafe_indices if m["outputs"] <= i < window.end_outputs]
     states = [s for s in rec.states[m["states"] :] if s[0] <= window.end]
@@ -289,7 +329,7 @@ def summarize(window: Window, rec: LoopRecorder, audit, gate_config: dict, setti
         result["chunks_while_safety_down"] = window.chunks_while_down
     if window.name in SILENCING:
         decel = window.speed / min(rec.robot.acceleration)
-        bound = gate_config["command_timeout"] + decel + SETTLE_ALLOWANCE_S
+        bound = gate.command_timeout + decel + SETTLE_ALLOWANCE_S
         if window.name == "kill_safety":  # the driver holds its last setpoint at once
             bound = decel + SETTLE_ALLOWANCE_S
         result["stop_bound_ms"] = round(1e3 * bound, 1)
@@ -346,8 +386,10 @@ def run_bench(
     windows: list[Window] = []
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: 0)
     try:
-        rec = LoopRecorder(claim.domain_id, robot)
-        for spec in bench_nodes(settings, server.endpoint):
+        nodes = bench_nodes(settings, server.endpoint)
+        gate = gate_output(next(n for n in nodes if n.name == "safety"), robot)
+        rec = LoopRecorder(claim.domain_id, robot, gate)
+        for spec in nodes:
             procs.start(spec)
         say(f"fault bench: {len(procs)} nodes on ROS_DOMAIN_ID={claim.domain_id}")
         if not rec.wait(rec.running, startup_timeout_s):
@@ -373,12 +415,11 @@ def run_bench(
         server.close()
         claim.release()
 
-    gate_config = {"command_timeout": 0.1, "period": 0.004}
     segment_starts, gaps = _restarts(windows, rec)
     outputs = [o for _, o in rec.outputs]
-    audit = audit_commands(outputs, robot, gate_config["period"], segment_starts, gaps)
+    audit = audit_commands(outputs, robot, gate.period, segment_starts, gaps)
     account(windows, rec)
-    results = [summarize(w, rec, audit, gate_config, settings) for w in windows]
+    results = [summarize(w, rec, audit, gate, settings) for w in windows]
     total_unsafe = sum(r["unsafe_commands"] for r in results)
     total_unaccounted = sum(r["chunks_unaccounted"] for r in results)
     return {
@@ -395,8 +436,9 @@ def run_bench(
             **settings,
             "robot": robot.name,
             "limits": f"config/robots/fr3.yaml (position margin {robot.position_margin} rad)",
-            "command_timeout_s": gate_config["command_timeout"],
-            "control_period_s": gate_config["period"],
+            "commands_topic": gate.topic,
+            "command_timeout_s": gate.command_timeout,
+            "control_period_s": gate.period,
             "rest_speed_rad_s": REST_SPEED,
             "settle_allowance_s": SETTLE_ALLOWANCE_S,
             "policy": "scripted sway via the engine's remote back end",
