@@ -123,15 +123,18 @@ class GateOutput:
     msg_type: type
     topic: str
     positions: Callable  # message -> the commanded arm positions
-    period: float  # s between the gate's outputs
-    command_timeout: float  # s
+    control_period_s: float  # between the gate's outputs
+    command_timeout_s: float
 
 
 def gate_output(safety: NodeSpec, robot) -> GateOutput:
     """Where the gate of the `safety` node spec commands the arm, and at which rate: its
     parameters as the node starts with them (the stack's, else the node's defaults)."""
     params = {**defaults(SafetyParams), **safety.parameters}
-    timing = dict(period=1.0 / params["control_rate_hz"], command_timeout=params["command_timeout"])
+    timing = dict(
+        control_period_s=1.0 / params["control_rate_hz"],
+        command_timeout_s=params["command_timeout_s"],
+    )
     if params["command_interface"] == "trajectory":
         topic = topics.trajectory_command(robot.controllers["trajectory"])
         return GateOutput(JointTrajectory, topic, lambda m: list(m.points[0].positions), **timing)
@@ -329,7 +332,7 @@ def summarize(window: Window, rec: LoopRecorder, audit, gate: GateOutput, settin
         result["chunks_while_safety_down"] = window.chunks_while_down
     if window.name in SILENCING:
         decel = window.speed / min(rec.robot.acceleration)
-        bound = gate.command_timeout + decel + SETTLE_ALLOWANCE_S
+        bound = gate.command_timeout_s + decel + SETTLE_ALLOWANCE_S
         if window.name == "kill_safety":  # the driver holds its last setpoint at once
             bound = decel + SETTLE_ALLOWANCE_S
         result["stop_bound_ms"] = round(1e3 * bound, 1)
@@ -417,7 +420,7 @@ def run_bench(
 
     segment_starts, gaps = _restarts(windows, rec)
     outputs = [o for _, o in rec.outputs]
-    audit = audit_commands(outputs, robot, gate.period, segment_starts, gaps)
+    audit = audit_commands(outputs, robot, gate.control_period_s, segment_starts, gaps)
     account(windows, rec)
     results = [summarize(w, rec, audit, gate, settings) for w in windows]
     total_unsafe = sum(r["unsafe_commands"] for r in results)
@@ -437,8 +440,8 @@ def run_bench(
             "robot": robot.name,
             "limits": f"config/robots/fr3.yaml (position margin {robot.position_margin} rad)",
             "commands_topic": gate.topic,
-            "command_timeout_s": gate.command_timeout,
-            "control_period_s": gate.period,
+            "command_timeout_s": gate.command_timeout_s,
+            "control_period_s": gate.control_period_s,
             "rest_speed_rad_s": REST_SPEED,
             "settle_allowance_s": SETTLE_ALLOWANCE_S,
             "policy": "scripted sway via the engine's remote back end",
