@@ -18,7 +18,7 @@ def test_quick_faults_in_the_closed_sim_loop():  # the bench claims its own ROS 
     assert list(faults) == list(QUICK_FAULTS)
     assert result["unsafe_commands"] == 0, result
     assert result["chunks_unaccounted"] == 0, result
-    assert result["nodes_dead_at_end"] == []
+    assert result["nodes_dead_at_end"] == [], result["dead_nodes_output"]
     for name in ("kill_streamer", "kill_safety"):
         assert faults[name]["stopped_in_time"], faults[name]
     assert faults["kill_streamer"]["reaction"] == "command_timeout"

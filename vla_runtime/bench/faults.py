@@ -411,6 +411,7 @@ def run_bench(
             say(f"  {name}: recovered in {window.recovered_s} s")
         rec.wait_elapsed(1.0)  # the last verdicts
         dead = [p.name for p in procs.dead()]
+        last_words = {name: list(procs[name].tail)[-5:] for name in dead}
     finally:
         procs.close()
         if rec is not None:
@@ -434,6 +435,7 @@ def run_bench(
         "commands_audited": audit.commands,
         "worst_limit_ratio": {k: round(v, 4) for k, v in audit.worst_ratio.items()},
         "nodes_dead_at_end": dead,
+        "dead_nodes_output": last_words,  # the last lines each dead node printed
         "wall_s": round(time.monotonic() - started, 1),
         "settings": {
             **settings,

@@ -45,7 +45,6 @@ from vla_runtime.core.streaming import metrics
 from vla_runtime.core.streaming.config import MODES, REQUEST_POLICIES, StreamerConfig
 from vla_runtime.core.streaming.lifecycle import (
     INFO,
-    REPEATED,
     WARNING,
     Notice,
     StreamerLifecycle,
@@ -131,7 +130,6 @@ class StreamerNode(Node):
         logger = self.get_logger()
         self._warn = ThrottledLog(logger.warning)
         self._warn_scaling = ThrottledLog(logger.warning)
-        self._logs = {INFO: logger.info, WARNING: logger.warning, REPEATED: self._warn}
 
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
@@ -220,8 +218,15 @@ class StreamerNode(Node):
             self.lifecycle.request_refused(request_id)
 
     def _log(self, notice: Notice | None) -> None:
-        if notice is not None:
-            self._logs[notice.level](notice.text)
+        # One call per severity: rclpy refuses a call site that logs at two severities.
+        if notice is None:
+            return
+        if notice.level == INFO:
+            self.get_logger().info(notice.text)
+        elif notice.level == WARNING:
+            self.get_logger().warning(notice.text)
+        else:
+            self._warn(notice.text)
 
     # ------------------------------------------------------------------ stats
 
