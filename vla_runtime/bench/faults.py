@@ -46,7 +46,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
 from vla_runtime.engine.remote.server import PolicyServer
 from vla_runtime.nodes.safety import SafetyParams
-from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.messages import chunk_from_msg, to_seconds
 from vla_runtime.ros.parameters import defaults
 from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.resolver import NodeSpec, resolve_stack
@@ -137,7 +137,9 @@ def gate_output(safety: NodeSpec, robot) -> GateOutput:
     )
     if params["command_interface"] == "trajectory":
         topic = topics.trajectory_command(robot.controllers["trajectory"])
-        return GateOutput(JointTrajectory, topic, lambda m: list(m.points[0].positions), **timing)
+        return GateOutput(
+            JointTrajectory, topic, lambda m: list(chunk_from_msg(m).positions[0]), **timing
+        )
     topic = topics.forward_command(robot.controllers["forward_position"])
     return GateOutput(Float64MultiArray, topic, lambda m: list(m.data), **timing)
 
