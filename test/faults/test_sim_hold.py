@@ -1,4 +1,4 @@
-"""Issue 5 acceptance: if the safety node dies, the driver side holds. The simulated arm (sim
+"""If the safety node dies, the driver side holds. The simulated arm (sim
 driver in the loop, MuJoCo) is moving under the gate's commands when the safety node is killed
 with SIGKILL; from /joint_states its speed must fall to ~0 within the deceleration time plus
 the simulated arm's servo settling, and it must stay put while the "streamer" keeps commanding."""
