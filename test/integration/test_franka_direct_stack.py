@@ -1,4 +1,4 @@
-"""Issue 8 acceptance: the whole Franka stack with the direct (franky / libfranka) driver against
+"""The whole Franka stack with the direct (franky / libfranka) driver against
 franky-sim, a libfranka-protocol simulator in its own process, for 60 s.
 
 `vla-runtime launch franka direct:=true policy:=true` runs cameras -> engine (the shipped

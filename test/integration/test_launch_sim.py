@@ -1,4 +1,4 @@
-"""Issue 2 acceptance: `vla-runtime launch sim` brings up the sim driver and two camera nodes as
+"""`vla-runtime launch sim` brings up the sim driver and two camera nodes as
 separate processes over real DDS, measures them, and stops cleanly (or fails loudly)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: sim + cameras + engine node (separate processes, real DDS) publish valid
+"""Sim + cameras + engine node (separate processes, real DDS) publish valid
 action chunks at the engine's rate, stamped with the capture time of the newest image used."""
 
 from __future__ import annotations
