@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from vla_runtime.core import topics
+from vla_runtime.ros.node import RuntimeNode
 
 DEFAULT_TOPICS = [
     topics.CLOCK, topics.JOINT_STATES, topics.INSTRUCTION, topics.ACTION_CHUNK,
@@ -154,7 +155,7 @@ def record(out: str | Path, wanted: list[str] | None, duration_s: float | None,
     from rclpy.signals import SignalHandlerOptions
 
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node("vla_recorder")
+    node = RuntimeNode("vla_recorder")
     writer = McapRosWriter(out)
     subscribed: dict[str, str] = {}
 

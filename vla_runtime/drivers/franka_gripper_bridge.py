@@ -27,7 +27,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 
@@ -35,6 +34,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.gripper import command_refusal
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
@@ -76,7 +76,7 @@ class FrankaGripperParams:
                                   GripperIntentConfig.goal_timeout_s)  # fmt: skip
 
 
-class FrankaGripperBridge(Node):
+class FrankaGripperBridge(RuntimeNode):
     def __init__(self, name: str = "franka_gripper_bridge", **kwargs):
         super().__init__(name, **kwargs)
         params = declare(self, FrankaGripperParams)

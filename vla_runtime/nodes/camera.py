@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image
@@ -43,6 +42,7 @@ from vla_runtime.drivers.cameras import (
     resize_frame,
 )
 from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_msg
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
@@ -66,7 +66,7 @@ class CameraParams:
     sim_camera: str = param("sim: the MJCF camera; empty = camera_name", "")
 
 
-class CameraNode(Node):
+class CameraNode(RuntimeNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "camera"), **kwargs)
         params = declare(self, CameraParams)

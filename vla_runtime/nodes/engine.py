@@ -28,7 +28,6 @@ import sys
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -53,6 +52,7 @@ from vla_runtime.ros.messages import (
     image_from_msg,
     to_seconds,
 )
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import ThrottledLog, run_node
@@ -93,7 +93,7 @@ class EngineParams:
     compute_mode: str = param("compute mode until the scheduler sends one (v<k>d<k>)", "v0d0")
 
 
-class EngineNode(Node):
+class EngineNode(RuntimeNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "engine"), **kwargs)
         params = self.params = declare(self, EngineParams)

@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -51,6 +50,7 @@ from vla_runtime.ros.messages import (
     joint_state_values,
     to_seconds,
 )
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.qos import LATCHED, SCENE_STATE
 from vla_runtime.ros.runtime import run_node
@@ -89,7 +89,7 @@ class SafetyParams:
     trajectory_lookahead: float = param("gate periods to each trajectory point (1-25)", 3.0)
 
 
-class SafetyNode(Node):
+class SafetyNode(RuntimeNode):
     def __init__(self, name: str = "safety"):
         super().__init__(name)
         params = declare(self, SafetyParams)

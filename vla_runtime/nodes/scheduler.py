@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
@@ -33,6 +32,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
 from vla_runtime.engine.policy import ComputeMode, PolicyError
 from vla_runtime.ros.messages import chunk_from_msg, image_from_msg, to_seconds
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
@@ -47,7 +47,7 @@ class SchedulerParams:
     republish_period_s: float = param("s between repeats of the decision (steady clock)", 1.0)
 
 
-class SchedulerNode(Node):
+class SchedulerNode(RuntimeNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "scheduler"), **kwargs)
         params = declare(self, SchedulerParams)

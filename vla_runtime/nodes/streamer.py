@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64, String
@@ -60,6 +59,7 @@ from vla_runtime.ros.messages import (
     request_msg,
     to_seconds,
 )
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import DeadlineThread, ThrottledLog, run_node
@@ -103,7 +103,7 @@ class StreamerParams:
     speed_scaling_unit: str = param(f"one of {sorted(UNITS)}", "percent")
 
 
-class StreamerNode(Node):
+class StreamerNode(RuntimeNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "streamer"), **kwargs)
         params = declare(self, StreamerParams)

@@ -23,6 +23,8 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
+from vla_runtime.ros.node import RuntimeNode
+
 SHUTDOWN_REPORT_S = 7.0  # the launcher escalates to SIGTERM after 10 s
 
 
@@ -89,7 +91,7 @@ def private_node(name: str, domain_id: int):
 
     context = Context()
     rclpy.init(context=context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node(name, context=context)
+    node = RuntimeNode(name, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     return context, node, executor

@@ -21,12 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from vla_runtime.core import topics
 from vla_runtime.core.stats import RateMeter, Reservoir
+from vla_runtime.ros.node import RuntimeNode
 
 IMAGE_TYPE = "sensor_msgs/msg/Image"
 # JSON event topics: counted by kind (chunk verdicts by verdict).
@@ -80,7 +80,7 @@ class TopicStats:
     event_counts: Counter | None = None  # JSON event topics: "chunk:veto", "command_timeout", …
 
 
-class RunMonitor(Node):
+class RunMonitor(RuntimeNode):
     """Watches `topic_names` (None: every topic it discovers, minus `exclude`)."""
 
     def __init__(

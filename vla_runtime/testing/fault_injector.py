@@ -23,7 +23,6 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image
@@ -32,6 +31,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.runtime import run_node
 
@@ -90,7 +90,7 @@ class FaultInjectorParams:
                           Parameter.Type.STRING_ARRAY)  # fmt: skip
 
 
-class FaultInjectorNode(Node):
+class FaultInjectorNode(RuntimeNode):
     def __init__(self, name: str = "fault_injector"):
         super().__init__(name)
         params = declare(self, FaultInjectorParams)

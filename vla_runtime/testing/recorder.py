@@ -20,6 +20,7 @@ from sensor_msgs.msg import JointState
 
 from vla_runtime.core import topics
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.runtime import BackgroundSpinner
 
 BACKGROUND_POLL_S = 0.02  # how often `wait` looks again while a thread spins
@@ -50,7 +51,7 @@ class Recorder:
             rclpy.init(context=context, domain_id=domain_id)
         self.context = context
         overrides = [Parameter("use_sim_time", value=True)] if use_sim_time else []
-        self.node = rclpy.create_node(name, context=context, parameter_overrides=overrides)
+        self.node = RuntimeNode(name, context=context, parameter_overrides=overrides)
         self.clock: Callable[[], float] = self.now
         self._spinner = self._executor = None
         if background:

@@ -23,7 +23,6 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -37,6 +36,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import SpeedSlider, broadcast_topic
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams
 from vla_runtime.ros.messages import to_time, trajectory_arguments
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, on_run_time_set, param
 from vla_runtime.ros.qos import LATCHED, SCENE_STATE_PUBLISHER
 from vla_runtime.ros.runtime import run_node
@@ -66,7 +66,7 @@ class SimDriverParams(ArmGripperControllerParams):
     speed_scaling: float = param("the pendant's slider, a fraction in [0, 1]; settable", 1.0)
 
 
-class SimDriverNode(Node):
+class SimDriverNode(RuntimeNode):
     Params = SimDriverParams
 
     def __init__(self, name: str = "sim_driver"):
