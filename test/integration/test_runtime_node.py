@@ -35,17 +35,31 @@ def test_endpoints_carry_no_event_handlers_and_mismatches_are_warned(rclpy_conte
         pub = node.create_publisher(Int32, "/watch/type", 10)
         assert sub.event_handlers == [] and pub.event_handlers == []
         # A best-effort publisher cannot serve a reliable subscription; a subscription of
-        # another type cannot take this publisher's messages; a matching pair must stay quiet.
+        # another type cannot take this publisher's messages; pairs that match (default QoS,
+        # reliable into best effort) must stay quiet.
         other.create_publisher(String, "/watch/qos", BEST_EFFORT)
         other.create_subscription(String, "/watch/type", lambda m: None, 10)
+        node.create_subscription(Int32, "/watch/default", lambda m: None, 10)
+        other.create_publisher(Int32, "/watch/default", 10)
+        node.create_publisher(Int32, "/watch/default_out", 10)
+        other.create_subscription(Int32, "/watch/default_out", lambda m: None, 10)
         node.create_subscription(Int32, "/watch/fine", lambda m: None, BEST_EFFORT)
         other.create_publisher(Int32, "/watch/fine", RELIABLE)
         executor = SingleThreadedExecutor(context=rclpy_context)
         executor.add_node(node)
+
+        def discovered() -> bool:
+            publishers = [node.get_publishers_info_by_topic(t) for t in ("/watch/qos",
+                          "/watch/default", "/watch/fine")]  # fmt: skip
+            subscriptions = [node.get_subscriptions_info_by_topic(t) for t in ("/watch/type",
+                             "/watch/default_out")]  # fmt: skip
+            return all(publishers) and all(subscriptions)
+
         deadline = time.monotonic() + 30.0
-        while len(node.endpoint_watch.warnings) < 2 and time.monotonic() < deadline:
+        while not discovered() and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.1)
-            node.endpoint_watch.check()
+        assert discovered()
+        node.endpoint_watch.check()
         warnings = node.endpoint_watch.warnings
         assert len(warnings) == 2, warnings
         qos = next(w for w in warnings if "/watch/qos" in w)

@@ -11,12 +11,26 @@ same warning from a graph query every few seconds on a steady clock.
 
 from __future__ import annotations
 
+import copy
+
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration, Infinite
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, qos_check_compatible
 
 ENDPOINT_CHECK_PERIOD_S = 3.0
+
+
+def explicit_durations(qos):
+    """`qos` with unspecified (0) durations written as the infinite they mean: the graph
+    reports other endpoints' durations as infinite, and comparing those with 0 reports a
+    mismatch that DDS does not have."""
+    qos = copy.copy(qos)
+    for name in ("deadline", "lifespan", "liveliness_lease_duration"):
+        if getattr(qos, name) == Duration():
+            setattr(qos, name, Infinite)
+    return qos
 
 
 def type_name(msg_type) -> str:
@@ -64,10 +78,9 @@ class EndpointWatch:
         if info.topic_type != type_name(msg_type):
             return [f"{other} has type {info.topic_type}, not {type_name(msg_type)}: "
                     "no messages will pass between them"]  # fmt: skip
-        if kind == "publisher":
-            compatibility, reason = qos_check_compatible(info.qos_profile, own_qos)
-        else:
-            compatibility, reason = qos_check_compatible(own_qos, info.qos_profile)
+        own, theirs = explicit_durations(own_qos), explicit_durations(info.qos_profile)
+        pair = (theirs, own) if kind == "publisher" else (own, theirs)
+        compatibility, reason = qos_check_compatible(*pair)
         if compatibility == QoSCompatibility.ERROR:
             reason = reason.removeprefix("ERROR:").strip().rstrip(";")
             return [f"{other} has incompatible QoS ({reason}): no messages will pass"]
