@@ -99,6 +99,22 @@ def test_free_running_follows_wall_time():
     assert sim.steps == 100 and wall[0] == pytest.approx(0.1)
 
 
+def test_free_running_wakes_once_per_publication_not_per_step():
+    wall, sleeps = [0.0], []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        wall[0] += s
+
+    sim = _Sim(until=100)
+    loop = _loop(sim, clock=lambda: wall[0], sleep=sleep)
+    loop.run()
+    # clock every 2 steps: one sleep per publication (50), each of 2 steps of wall time
+    assert sim.steps == 100 and len(sleeps) == 50
+    assert sleeps[1:] == pytest.approx([2 * DT] * 49)
+    assert [steps for steps, _ in sim.published] == list(range(2, 101, 2))
+
+
 def test_a_zero_step_request_publishes_every_stream_again_and_free_running_refuses_requests():
     sim = _Sim(until=1)
     loop = _loop(sim, lockstep=True)
