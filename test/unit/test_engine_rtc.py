@@ -35,6 +35,16 @@ def test_soft_mask_follows_the_paper():
     assert rtc.soft_mask(16, 12, 12)[:12].eq(1).all() and rtc.soft_mask(16, 12, 12)[12:].eq(0).all()
 
 
+def test_guidance_without_the_exact_jacobian_steers_only_the_frozen_prefix():
+    plan = torch.zeros(4, 8)
+    exact = rtc.make_guidance(plan, 16)
+    assert exact.weights[4:8].gt(0).all()  # the paper's ramp toward the old plan
+    approximate = rtc.make_guidance(plan, 16, exact_vjp=False)
+    assert approximate.weights[:4].eq(1).all() and approximate.weights[4:].eq(0).all()
+    late = rtc.make_guidance(torch.zeros(12, 8), 16, exact_vjp=False)  # d > H - d
+    assert late.weights[:12].eq(1).all() and late.weights[12:].eq(0).all()
+
+
 def test_guidance_weight_schedule():
     assert rtc.guidance_weight(0.5, 10.0) == pytest.approx(2.0)
     assert rtc.guidance_weight(0.9, 10.0) == pytest.approx(0.82 / 0.09)

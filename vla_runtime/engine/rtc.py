@@ -51,9 +51,17 @@ class Guidance:
     delay: int
 
 
-def make_guidance(plan: torch.Tensor, horizon: int, execution_horizon: int | None = None):
-    """plan (d, A) normalised -> Guidance over a chunk of `horizon` actions."""
+def make_guidance(
+    plan: torch.Tensor, horizon: int, execution_horizon: int | None = None, exact_vjp: bool = True
+):
+    """plan (d, A) normalised -> Guidance over a chunk of `horizon` actions. Without the exact
+    vector-Jacobian product the soft ramp is left out (s = H - d): with the identity in its
+    place, guidance on the ramp overwrites the policy's own next actions with the old plan's
+    instead of steering the flow toward a continuation, and the arm keeps following a stale
+    plan; only the frozen prefix, which runs before the chunk arrives, is steered."""
     delay = plan.shape[0]
+    if execution_horizon is None and not exact_vjp:
+        execution_horizon = max(horizon - delay, delay)
     held = plan[-1:].expand(horizon - delay, -1)
     target = torch.cat([plan, held], dim=0).unsqueeze(0)
     if execution_horizon is None:
