@@ -48,7 +48,8 @@ class FakeConsequence:
     def rollout(self, qpos, arm_velocity, times, arm_positions, gripper_widths=None):
         self.calls.append((qpos, arm_velocity))
         numbers = {"max_contact_n": 2.0}
-        return SimpleNamespace(safe=not self.hazards, hazards=self.hazards, numbers=numbers)
+        return SimpleNamespace(safe=not self.hazards, hazards=self.hazards, numbers=numbers,
+                               first_hazard_s=None)  # fmt: skip
 
 
 def test_a_checked_chunk_is_reported_once_with_its_request_and_passed_on():

@@ -59,6 +59,10 @@ def test_driving_into_the_table_is_a_hazard(scene):
     result = rollout(scene, [spot + [0, 0, 0.1], spot - [0, 0, 0.04]])
     assert any("presses the table" in h for h in result.hazards)
     assert result.numbers["max_table_contact_n"] > 10.0
+    t = float(next(h for h in result.hazards if "presses the table" in h).rsplit("t=", 1)[1][:-2])
+    assert result.first_hazard_s == pytest.approx(t, abs=0.006)  # the first seen, to a check
+    safe = rollout(scene, [spot + [0, 0, 0.1]])
+    assert safe.safe and safe.first_hazard_s is None
 
 
 def test_sweeping_through_a_cube_pushes_it_and_can_push_it_off(scene):

@@ -51,6 +51,7 @@ class ConsequenceConfig:
 class Consequence:
     hazards: list[str]
     numbers: dict
+    first_hazard_s: float | None = None  # when the first hazard was seen (s from the start)
 
     @property
     def safe(self) -> bool:
@@ -113,6 +114,7 @@ class ConsequenceChecker:
         start_objects = _Start(d.qpos[self._object_qpos], cfg)
 
         hazards: dict[str, str] = {}
+        first_hazard = None
         numbers = {"max_contact_n": 0.0, "max_table_contact_n": 0.0, "max_object_shift_m": 0.0}
         n_steps = int(np.ceil((times[-1] + cfg.settle_s) / cfg.timestep))
         step_times = cfg.timestep * np.arange(1, n_steps + 1)
@@ -128,7 +130,9 @@ class ConsequenceChecker:
                 t = float(step_times[step])
                 self._check_contacts(hazards, numbers, t)
                 self._check_places(hazards, numbers, t, start_objects)
-        return Consequence(list(hazards.values()), numbers)
+                if hazards and first_hazard is None:
+                    first_hazard = t
+        return Consequence(list(hazards.values()), numbers, first_hazard)
 
     # -- checks ------------------------------------------------------------------------------
     def _check_contacts(self, hazards: dict, numbers: dict, t: float) -> None:

@@ -144,7 +144,8 @@ class ChunkPipeline:
         consequence, scene_qpos = self.consequence, self.scene_qpos
         if verdict.executable and consequence is not None and scene_qpos is not None:
             verdict = rollout_verdict(verdict, chunk, now, dq, consequence, scene_qpos,
-                                      self.arm_joints, self.gripper_joint)  # fmt: skip
+                                      self.arm_joints, self.gripper_joint,
+                                      self.checker.config.min_points)  # fmt: skip
         return verdict
 
     def close(self) -> None:
