@@ -39,10 +39,9 @@ def node(rclpy_context, tmp_path):
     try:
         probe.spin_until(lambda: probe.command_pub.get_subscription_count() > 0, "subscription")
         probe.spin_until(lambda: probe.chunk_pub.get_subscription_count() > 0, "chunk sub")
-        probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state sub")
         # Its event publisher must have matched our reader before the first verdict goes out.
         probe.spin_until(lambda: probe.events_sub.get_publisher_count() > 0, "safety events")
-        probe.run(0.2)
+        probe.wait_for_state()  # chunks and commands then meet a known arm
         yield probe, proc
     finally:
         probe.close()

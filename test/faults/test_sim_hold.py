@@ -73,6 +73,9 @@ class Streamer:
         stamp = to_seconds(msg.header.stamp)
         self.states.append((stamp, np.array(msg.position)[cols], np.array(msg.velocity)[cols]))
 
+    def clock_now(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
     def command(self, q) -> None:
         msg = JointState(name=NAMES, position=[*map(float, q), 0.04])
         msg.header.stamp = self.node.get_clock().now().to_msg()
@@ -85,7 +88,7 @@ class Streamer:
         while not condition():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             self.executor.spin_once(timeout_sec=0.002)
-            now = self.node.get_clock().now().nanoseconds * 1e-9
+            now = self.clock_now()
             if path is not None and self.states and now >= next_command:
                 self.command(path(now))
                 next_command = now + 0.004
@@ -105,7 +108,12 @@ def test_the_simulated_arm_stops_and_holds_when_the_safety_node_dies(rclpy_conte
                    "consequence:='off'")  # fmt: skip
     probe = Streamer(rclpy_context)
     try:
-        probe.run_until(lambda: len(probe.states) > 10, None, WAIT_S, "joint states")
+        # Commands are stamped on the probe's sim clock: it must follow /clock first, or the
+        # first ones would be stamped 0 (stale to the gate) and the sway would start at 0.
+        probe.run_until(
+            lambda: len(probe.states) > 10 and probe.clock_now() >= probe.states[10][0],
+            None, WAIT_S, "joint states and /clock",
+        )  # fmt: skip
         home = probe.states[-1][1].copy()
         amplitude = np.zeros(7)
         amplitude[[0, 5]] = 0.3

@@ -123,6 +123,20 @@ class Probe:
             self.publish_state()
             self.executor.spin_once(timeout_sec=0.01)
 
+    def wait_for_state(self, timeout: float = WAIT_S) -> None:
+        """Until the node demonstrably holds the joint state we publish: a command 0.3 rad from
+        it is refused for that distance, not for an unknown state (and nothing is armed)."""
+        far = self.arm + np.eye(len(ARM))[0] * 0.3
+
+        def refused_for_distance() -> bool:
+            self.command(far)
+            return any(
+                e["event"] == "arm_rejected" and "rad from the arm" in e.get("reason", "")
+                for e in self.events
+            )
+
+        self.spin_until(refused_for_distance, "the safety node to have the joint state", timeout)
+
     def kinds(self) -> list[str]:
         return [e["event"] for e in self.events]
 
@@ -165,8 +179,7 @@ def test_gate_over_dds_startup_limits_watchdog_and_estop(probe):
     assert "arm_rejected" in probe.kinds()
 
     # A command far from the state is refused; one that agrees arms the gate.
-    probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state subscription")
-    probe.run(0.2, command=lambda t: HOME + 0.3)
+    probe.wait_for_state()
     assert probe.outputs == []
 
     # A smooth sine on joint 1 (0.2 rad, 0.5 Hz), then a 0.5 rad step on joint 4, then silence.
@@ -220,8 +233,7 @@ def chunk_msg(stamp: float, rows, dt=0.1, names=NAMES, start=0.0) -> JointTrajec
 
 
 def test_every_chunk_gets_one_verdict_and_only_executable_ones_pass(probe):
-    probe.spin_until(lambda: probe.state_pub.get_subscription_count() > 0, "state subscription")
-    probe.run(0.3)
+    probe.wait_for_state()  # else the first chunk is vetoed: "joint state unknown"
     still = [[*HOME, 0.04]] * 10
     fast = [[*(HOME + [0, 0, 0, 0, 0, 0, 0.6 * k]), 0.04] for k in range(4)]
     nan = [[math.nan] * 8] + still[1:]

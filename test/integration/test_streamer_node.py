@@ -4,6 +4,7 @@ follow the commands) and, optionally, UR's speed scaling broadcaster."""
 
 from __future__ import annotations
 
+import bisect
 import signal
 import time
 
@@ -27,6 +28,14 @@ AMPLITUDE = np.array([0.15, 0.1, 0.15, 0.1, 0.2, 0.2, 0.2, 0.0])
 PERIOD_S = 3.0
 CHUNK_LEN, CHUNK_DT = 50, 0.02  # 1 s horizon
 RUN_S = 4.0
+RATE_HZ = 250.0
+PERIOD = 1.0 / RATE_HZ
+WAIT_S = 60.0  # wall-clock patience for a loaded machine
+BLEND_S = 1.5  # commands follow the trajectory exactly this long after the first observation
+# Plan the streamer keeps beyond its measured delay when it asks (the default is 25 steps):
+# what absorbs a loaded host's hiccups, which here must not run the plan dry. The threshold
+# arithmetic itself is unit-tested (test_streaming.py).
+MARGIN_STEPS = 75
 
 
 def trajectory(t, t0):
@@ -68,12 +77,15 @@ class FakeStack:
         self.speed_scaling = 1.0 if speed_scaling is None else speed_scaling
         self.t0: float | None = None
         self.commands, self.requests, self.stats = [], [], []
+        self.stamps: list[float] = []  # of the commands, in order
+        self.answered: list[tuple[float, float]] = []  # (request stamp, answer published at)
         self.due: list[tuple[float, object]] = []
         self.position = START.copy()
         node = self.node
         self.chunk_pub = node.create_publisher(JointTrajectory, topics.CHECKED_CHUNK, 10)
         self.state_pub = node.create_publisher(JointState, topics.JOINT_STATES, 10)
-        node.create_subscription(JointState, topics.COMMAND, self._on_command, 100)
+        # Deep: every command counts (ticks_while_answering), even when this loop is starved.
+        node.create_subscription(JointState, topics.COMMAND, self._on_command, 10000)
         node.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
         node.create_subscription(DiagnosticArray, topics.STREAMER_STATS, self.stats.append, 10)
         node.create_timer(0.01, self._publish_state)
@@ -85,7 +97,9 @@ class FakeStack:
         self.executor.add_node(node)
 
     def _on_command(self, msg):
-        self.commands.append((seconds(msg.header.stamp), np.array(msg.position)))
+        stamp = seconds(msg.header.stamp)
+        self.commands.append((stamp, np.array(msg.position)))
+        self.stamps.append(stamp)
         self.position = np.array(msg.position)
 
     def _on_request(self, msg):
@@ -115,6 +129,24 @@ class FakeStack:
             point.time_from_start = Duration(nanoseconds=round(dt * 1e9)).to_msg()
             chunk.points.append(point)
         self.chunk_pub.publish(chunk)
+        self.answered.append((t_obs, seconds(self.node.get_clock().now().to_msg())))
+
+    def ticks_while_answering(self) -> list[int]:
+        """Per request answered before the latest stats, the commands (one per executed control
+        tick) stamped after it went out and before its answer was published: the fewest ticks
+        the streamer can count as its delay, however many ticks a loaded host skipped."""
+        reported = seconds(self.stats[-1].header.stamp)
+        return [
+            bisect.bisect_right(self.stamps, published) - bisect.bisect_right(self.stamps, sent)
+            for sent, published in self.answered
+            if published <= reported
+        ]
+
+    def late_commands(self) -> int:
+        """Commands past the start-up blend."""
+        if self.t0 is None:
+            return 0
+        return len(self.stamps) - bisect.bisect_right(self.stamps, self.t0 + BLEND_S)
 
     def plan_time(self, t):
         return self.t0 + self.speed_scaling * (np.asarray(t) - self.t0)
@@ -139,19 +171,30 @@ class FakeStack:
         self.node.destroy_node()
 
 
-def run_case(rclpy_context, tmp_path, delay_s, speed_scaling=None, **params):
+def enough_run(stack: FakeStack, chunks: int) -> bool:
+    """Enough of a run to judge it: `chunks` accepted and 100 commands past the blend."""
+    if not stack.stats or stack.late_commands() < 100:
+        return False
+    return int(stack.latest_stats()["chunks_accepted"]) >= chunks
+
+
+def run_case(rclpy_context, tmp_path, delay_s, speed_scaling=None, chunks=3, **params):
     name = f"streamer_{round(delay_s * 1000)}"
     stack = FakeStack(rclpy_context, delay_s, speed_scaling)
     if speed_scaling is not None:
         params["speed_scaling_topic"] = UR_SPEED_SCALING_TOPIC
+    params.setdefault("margin_steps", MARGIN_STEPS)
     proc = start_streamer(
-        tmp_path, name, control_rate_hz=250.0, warmup_requests=1, stats_period_s=0.5, **params
+        tmp_path, name, control_rate_hz=RATE_HZ, warmup_requests=1, stats_period_s=0.5, **params
     )
     try:
-        assert stack.spin_for(30.0, until=lambda: len(stack.commands) > 0), "no command"
+        assert stack.spin_for(WAIT_S, until=lambda: len(stack.commands) > 0), "no command"
         assert np.allclose(stack.commands[0][1], START)  # holds the measured state first
-        assert stack.spin_for(30.0, until=lambda: stack.t0 is not None), "no request answered"
+        assert stack.spin_for(WAIT_S, until=lambda: stack.t0 is not None), "no request answered"
         stack.spin_for(RUN_S)
+        # A loaded host gets through less of the run in RUN_S: go on until there is enough of it
+        # (a broken streamer still fails the assertions on what it did).
+        stack.spin_for(WAIT_S, until=lambda: enough_run(stack, chunks))
         count = len(stack.stats)
         assert stack.spin_for(10.0, until=lambda: len(stack.stats) > count)
         assert proc.poll() is None
@@ -180,30 +223,49 @@ def test_async_streaming_under_injected_delay(rclpy_context, tmp_path, delay_s):
     assert all(r.header.frame_id.startswith("req:") for r in stack.requests)
     assert np.all(np.diff(ids) > 0), ids
     assert any(len(r.points) > 0 for r in stack.requests[1:])
-    if stats["delay_steps_p50"]:
-        delay_ms = float(stats["delay_ms_p50"])
-        # Counted in executed control steps: ticks a loaded machine skips are not counted, so
-        # the estimate may fall short of the wall-clock delay, never exceed it by much.
-        assert 0.75 * delay_s * 1e3 - 4.0 <= delay_ms <= delay_s * 1e3 + 150.0, stats
+    # The delay is counted in executed control steps: the ticks that ran while each answer
+    # was computed (ticks a loaded host skips count on neither side; the one a chunk lands in
+    # may go either way), at most plus those of the answer's way back (150 ms). The first
+    # answer is the estimator's warm-up.
+    ticks = stack.ticks_while_answering()[1:]  # a superset of the streamer's samples
+    if delay_s > 0.0:  # the injected delay is there to count
+        assert np.median(ticks) >= 0.5 * delay_s / PERIOD, ticks
+    p50, top = float(stats["delay_steps_p50"]), float(stats["delay_steps_max"])
+    assert min(ticks) - 1 <= p50 <= top <= max(ticks) + 0.15 / PERIOD, (ticks, stats)
     # The commands follow the known trajectory once the start-up blend is over.
-    late = [(t, p) for t, p in stack.commands if t > stack.t0 + 1.5]
-    assert len(late) > 100
+    late = [(t, p) for t, p in stack.commands if t > stack.t0 + BLEND_S]
+    assert len(late) >= 100
     errors = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]
     assert max(errors) < 1e-3, max(errors)
-    stamps = np.array([t for t, _ in stack.commands])
-    assert np.all(np.diff(stamps) > 0)
-    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
-    assert 200.0 < rate < 260.0, rate
+    assert_one_command_per_tick(stack)
+
+
+def assert_one_command_per_tick(stack: FakeStack) -> None:
+    """A command every control period: bar the ticks a loaded host skips (whole periods), the
+    commands are one period apart, and never more than one per period (a streamer at half rate,
+    or one that publishes as chunks arrive, fails this; its speed is the benchmark's)."""
+    stamps = np.array(stack.stamps)
+    intervals = np.diff(stamps)
+    assert np.all(intervals > 0)
+    assert np.median(intervals) == pytest.approx(PERIOD, rel=0.2), np.median(intervals)
+    assert len(stamps) - 1 <= 1.04 * (stamps[-1] - stamps[0]) / PERIOD, len(stamps)
 
 
 def test_sync_baseline_stops_between_chunks(rclpy_context, tmp_path):
-    stack, _ = run_case(rclpy_context, tmp_path, 0.2, mode="sync", tick_source="timer")
+    stack, _ = run_case(rclpy_context, tmp_path, 0.2, chunks=2, mode="sync", tick_source="timer")
     stats = stack.latest_stats()
     assert stats["mode"] == "sync" and stats["tick_source"] == "timer"
     assert stats["stale_executed"] == "0", stats
-    # The arm runs dry while each request is computed: ~0.2 s of holding per chunk.
-    assert int(stats["empty_plan_ticks"]) >= 40, stats
     assert int(stats["chunks_accepted"]) >= 2, stats
+    # It asks only once the plan has run out (less than a period of it left), and the arm
+    # holds while each request is computed: every tick that ran meanwhile (~0.2 s of them, bar
+    # the one a chunk may land in) is an empty-plan tick.
+    left = [to_seconds(r.points[-1].time_from_start) for r in stack.requests if r.points]
+    assert max(left, default=0.0) < PERIOD, left
+    waited = stack.ticks_while_answering()[1:]  # the first answer ends the start-up hold
+    assert sum(waited) >= 0.5 * 0.2 / PERIOD * len(waited), waited
+    assert int(stats["empty_plan_ticks"]) >= sum(waited) - len(waited), (waited, stats)
+    assert_one_command_per_tick(stack)
 
 
 def test_speed_scaling_runs_the_plan_at_half_speed(rclpy_context, tmp_path):
@@ -214,8 +276,8 @@ def test_speed_scaling_runs_the_plan_at_half_speed(rclpy_context, tmp_path):
     assert int(stats["chunks_accepted"]) >= 3 and stats["chunks_rejected"] == "0", stats
     assert float(stats["plan_lag_s"]) > 1.0, stats  # half of the >= 4 s run
     # The commands play the trajectory at half speed: on plan time u(t), not on t.
-    late = [(t, p) for t, p in stack.commands if t > stack.t0 + 1.5]
-    assert len(late) > 100
+    late = [(t, p) for t, p in stack.commands if t > stack.t0 + BLEND_S]
+    assert len(late) >= 100
     errors = [np.abs(p - trajectory(stack.plan_time(t), stack.t0)).max() for t, p in late]
     assert max(errors) < 1e-3, max(errors)
     full_speed = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]

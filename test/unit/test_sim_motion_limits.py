@@ -77,11 +77,22 @@ def test_effective_dt_clamps_around_the_typical_interval():
     assert effective_dt(0.05, [0.05] * 16) == pytest.approx(0.02)  # never over 20 ms
 
 
+def feed(stream: ForwardStream, arrivals, targets, q):
+    """Judge and accept each command as the simulator does; the worst velocity judged."""
+    worst = 0.0
+    for arrival, target in zip(arrivals, targets, strict=True):
+        start, dt = stream.judge(arrival, q)
+        worst = max(worst, abs(target[J2] - start[J2]) / dt)
+        assert forward_step_violation(JOINTS, start, target, dt, V_LIMIT) is None, (arrival, dt)
+        stream.accepted(arrival, q)
+        q = target
+    return worst
+
+
 def test_forward_stream_bunched_arrivals_do_not_trip():
     """A 250 Hz stream that speeds up at 10 rad/s^2 to 2.5 rad/s (95 % of the limit) and
     cruises, 15 % of its commands arriving up to 3.5 ms late (bunched with the next one)."""
     rng = np.random.default_rng(3)
-    stream = ForwardStream(min_dt=0.001)
     home = np.array(FR3.home)
     send_times = 0.004 * np.arange(0, 250)
     delays = np.where(
@@ -92,43 +103,80 @@ def test_forward_stream_bunched_arrivals_do_not_trip():
     path = np.where(
         send_times < 0.25, 5.0 * send_times**2, 0.3125 + 2.5 * (send_times - 0.25)
     )  # fmt: skip
-    q = home
-    worst = 0.0
-    for arrival, position in zip(arrivals, path, strict=True):
-        target = home + one_joint(position)
-        dt = stream.interval(arrival) or FIRST_STEP_DT_S
-        worst = max(worst, abs(target[J2] - q[J2]) / dt)
-        assert forward_step_violation(JOINTS, q, target, dt, V_LIMIT) is None, (arrival, dt)
-        stream.accepted(arrival)
-        q = target
-    assert worst > 2.45  # the stream did run near the limit
+    targets = [home + one_joint(p) for p in path]
+    assert feed(ForwardStream(min_dt=0.001), arrivals, targets, home) > 2.45  # ran near the limit
     # The raw arrival intervals would have faked violations.
     raw = np.diff(arrivals)
     assert (np.abs(np.diff(path)) / raw).max() > 2.62 * 1.01
 
 
+def test_forward_stream_queued_in_one_physics_step_does_not_trip():
+    """A simulation that falls behind wall time steps physics in batches, and the commands
+    that came meanwhile all arrive at the sim time the batch ended: at a stream's start (no
+    typical interval yet) and while it runs (more of them bunched than not)."""
+    home = np.array(FR3.home)
+    step = 0.008  # rad per 4 ms: 2 rad/s
+    batches = [0.0, 0.0, 0.0, 0.0, 0.0, 0.016, 0.016, 0.016, 0.016, 0.017]
+    batches += [0.036 + 0.02 * (k // 5) for k in range(40)]  # 5 commands every 20 ms
+    targets = [home + one_joint(step * (k + 1)) for k in range(len(batches))]
+    worst = feed(ForwardStream(min_dt=0.001), batches, targets, home)
+    assert 1.5 < worst < 2.2, worst
+    # Judged one by one over the sim time between them, these steps would be 8 rad/s.
+
+
+def test_forward_stream_bunch_is_judged_as_one_step_from_before_it():
+    stream = ForwardStream(min_dt=0.001)
+    q = np.array(FR3.home)
+    for k in range(20):  # 250 Hz at rest
+        stream.accepted(0.004 * k, q)
+    # Physics paused (lock-step): commands at one sim time reach the arm as their last one,
+    # a step from where the arm was, standing for one typical interval each (at most 20 ms).
+    now, setpoint = 0.004 * 20, q
+    for k in range(12):
+        start, dt = stream.judge(now, setpoint)
+        assert start is q and dt == pytest.approx(min(0.004 * (k + 1), 0.02)), k
+        stream.accepted(now, setpoint)
+        setpoint = q + one_joint(0.005 * (k + 1))
+    # 12 steps of 5 mrad at once: 60 mrad in 20 ms is 3 rad/s.
+    assert forward_step_violation(JOINTS, start, setpoint, dt, V_LIMIT) is not None
+    # The next physics step starts a new bunch from the setpoint then.
+    start, dt = stream.judge(now + 0.001, setpoint)
+    assert start is setpoint and dt == pytest.approx(0.004)
+
+
+def test_forward_stream_steps_are_judged_like_its_first_until_its_interval_is_known():
+    stream = ForwardStream(min_dt=0.001)
+    q = np.array(FR3.home)
+    for k in range(4):
+        assert stream.judge(1.0 + 0.004 * k, q) == (q, FIRST_STEP_DT_S), k
+        stream.accepted(1.0 + 0.004 * k, q)
+    assert stream.judge(1.016, q)[1] == pytest.approx(0.02)  # 3 intervals known
+    stream.accepted(1.016, q)
+    assert stream.judge(1.020, q)[1] == pytest.approx(0.004)
+    # Every step of the start is judged over 20 ms, however bunched: a jump still trips.
+    fresh = ForwardStream(min_dt=0.001)
+    fresh.accepted(2.0, q)
+    start, dt = fresh.judge(2.0, q + one_joint(0.01))
+    assert start is q and dt == FIRST_STEP_DT_S
+    assert forward_step_violation(JOINTS, start, q + one_joint(0.06), dt, V_LIMIT) is not None
+
+
 def test_forward_stream_step_after_a_long_gap_trips():
     stream = ForwardStream(min_dt=0.001)
+    q = np.array(FR3.home)
     for k in range(20):
-        stream.accepted(0.004 * k)
+        start, dt = stream.judge(0.004 * k, q)
+        stream.accepted(0.004 * k, q)
     last = 0.004 * 19
     # 60 ms later (still the same stream): 0.1 rad at the actual interval would be 1.7 rad/s,
     # judged over min(5 x 4 ms, 20 ms) it is 5 rad/s.
-    dt = stream.interval(last + 0.06)
+    start, dt = stream.judge(last + 0.06, q)
     assert dt == pytest.approx(0.02)
-    q = np.array(FR3.home)
-    assert forward_step_violation(JOINTS, q, q + one_joint(0.1), dt, V_LIMIT) is not None
+    assert forward_step_violation(JOINTS, start, q + one_joint(0.1), dt, V_LIMIT) is not None
     # After more than 0.1 s the next command starts a new stream (judged over 20 ms too).
-    assert stream.interval(last + 0.11) is None
+    assert stream.judge(last + 0.11, q) == (q, FIRST_STEP_DT_S)
     stream.reset()
-    assert stream.interval(last + 0.05) is None
-
-
-def test_forward_stream_commands_within_one_period_are_judged_over_one_period():
-    stream = ForwardStream(min_dt=0.001)
-    for _ in range(20):  # physics paused (lock-step): every command at the same sim time
-        stream.accepted(1.0)
-    assert stream.interval(1.0) == pytest.approx(0.001)
+    assert stream.judge(last + 0.05, q) == (q, FIRST_STEP_DT_S)
 
 
 def test_trajectory_violation_judges_jumps_and_analytic_accelerations():

@@ -7,7 +7,8 @@ MuJoCo) on what each command interface would make the arm do:
 
 - trajectories: velocities and accelerations of the setpoint sampled over the trajectory's span;
 - forward position streams (positions without stamps): the velocity implied by each step over
-  an effective interval (`ForwardStream`), robust to DDS jitter bunching or spreading arrivals.
+  an effective interval (`ForwardStream`), robust to DDS jitter and to a loaded simulation
+  bunching or spreading arrivals.
 
 Values within `TOLERANCE` (relative) above a limit pass: numerical noise is not a violation.
 """
@@ -27,6 +28,7 @@ FIRST_STEP_DT_S = 0.02  # interval a stream's first step is judged over
 MAX_DT_S = 0.02  # a step is never judged over a longer interval than this
 GAP_FACTOR = 5.0  # ... nor over more than this many typical (median) intervals
 INTERVAL_WINDOW = 16  # recent intervals the typical interval is the median of
+MIN_INTERVALS = 4  # intervals a stream needs before its typical interval counts
 
 
 @dataclass(frozen=True)
@@ -130,37 +132,81 @@ def effective_dt(interval: float, recent_intervals: Sequence[float]) -> float:
 
 
 class ForwardStream:
-    """Arrival timing of a forward position stream (positions without stamps).
+    """Arrival timing of a forward position stream (positions without stamps), and the step of
+    the setpoint each command is judged as.
 
-    `interval(now)` gives the interval to judge a step arriving at `now` over (None when the
-    step starts a new stream: no previous command, or none within STREAM_GAP_S; such a step is
-    compared with the current setpoint over FIRST_STEP_DT_S). `accepted(now)` records an
-    executed command. `reset()` forgets the stream (another interface took over, a reset).
-    `min_dt` is the controller's period: no step executes in less time (commands arriving
-    within one period of each other, e.g. while physics is paused, are judged over one period).
+    `judge(now, setpoint)` gives (the positions the step starts from, the interval to judge it
+    over) for a command arriving at `now`; `accepted(now, setpoint)` records an executed one
+    (`setpoint`: the setpoint it replaced). A command that starts a new stream (no previous
+    command, or none within STREAM_GAP_S) is compared with the setpoint over FIRST_STEP_DT_S,
+    and so is every step until the stream's typical interval is known (MIN_INTERVALS of
+    them); later ones over `effective_dt` of their arrival interval. Commands that arrive
+    within one controller period (`min_dt`) of each other reach the arm as one step, the last
+    of them: such a bunch (queued while physics caught up with wall time, or while it was
+    paused) is judged from the setpoint before it, over the longer of its first command's
+    interval and one typical interval per command (at most MAX_DT_S). The typical interval
+    counts a bunch's commands in the time they came in, so bunching never shortens it.
+    `reset()` forgets the stream (another interface took over, a reset).
     """
 
     def __init__(self, min_dt: float = 0.0, window: int = INTERVAL_WINDOW):
         self.min_dt = float(min_dt)
-        self._intervals: deque[float] = deque(maxlen=window)
+        self._intervals: deque[float] = deque(maxlen=window)  # per command, of ended bunches
         self._last: float | None = None
+        # The bunch the last command belongs to: the time since the previous one (None: the
+        # stream's first), its commands, the setpoint before it, its first command's interval.
+        self._bunch_interval: float | None = None
+        self._bunch_size = 0
+        self._bunch_start = None
+        self._bunch_dt = 0.0
 
-    def interval(self, now: float) -> float | None:
-        if self._last is None or now - self._last > STREAM_GAP_S:
-            return None
-        actual = now - self._last
-        return max(effective_dt(actual, [*self._intervals, actual]), self.min_dt)
+    def judge(self, now: float, setpoint):
+        """(start positions, dt) of the step a command arriving at `now` makes."""
+        if self._starts_stream(now):
+            return setpoint, FIRST_STEP_DT_S
+        if self._in_bunch(now):
+            dt = self._bunch_dt
+            if self._intervals:
+                typical = float(np.median(self._intervals))
+                dt = max(dt, min((self._bunch_size + 1) * typical, MAX_DT_S))
+            return self._bunch_start, max(dt, self.min_dt)
+        return setpoint, self._single_dt(now)
 
-    def accepted(self, now: float) -> None:
-        if self._last is not None and now - self._last <= STREAM_GAP_S:
-            self._intervals.append(now - self._last)
-        else:
+    def accepted(self, now: float, setpoint) -> None:
+        if self._starts_stream(now):
             self._intervals.clear()
+            self._bunch_interval, dt = None, FIRST_STEP_DT_S
+        elif self._in_bunch(now):
+            self._bunch_size += 1
+            self._last = now
+            return
+        else:
+            dt = self._single_dt(now)
+            if self._bunch_interval is not None:
+                self._intervals.append(self._bunch_interval / self._bunch_size)
+            self._bunch_interval = now - self._last
+        self._bunch_size, self._bunch_start, self._bunch_dt = 1, setpoint, dt
         self._last = now
 
     def reset(self) -> None:
         self._intervals.clear()
         self._last = None
+
+    def _starts_stream(self, now: float) -> bool:
+        return self._last is None or now - self._last > STREAM_GAP_S
+
+    def _in_bunch(self, now: float) -> bool:
+        return now - self._last <= 0.5 * self.min_dt
+
+    def _single_dt(self, now: float) -> float:
+        """The interval a command that starts a bunch is judged over."""
+        recent = list(self._intervals)
+        if self._bunch_interval is not None:  # the bunch it ends
+            recent.append(self._bunch_interval / self._bunch_size)
+        if len(recent) < MIN_INTERVALS:  # not known yet: judged like the stream's first step
+            return FIRST_STEP_DT_S
+        actual = now - self._last
+        return max(effective_dt(actual, [*recent, actual]), self.min_dt)
 
 
 def forward_step_violation(

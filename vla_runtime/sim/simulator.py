@@ -27,7 +27,6 @@ from vla_runtime.core.gripper import (
     width_refusal,
 )
 from vla_runtime.core.motion_limits import (
-    FIRST_STEP_DT_S,
     ForwardStream,
     forward_step_violation,
     trajectory_violation,
@@ -215,9 +214,10 @@ class Simulator:
         """Forward position controller command: one position per arm joint.
 
         A step implying a velocity beyond the joint limits trips the reflex. The step goes from
-        the setpoint now (the previous forward command while a stream runs) and is judged over
+        the setpoint now (the previous forward command while a stream runs; for commands that
+        arrive in one physics step, the setpoint before the first of them) and is judged over
         `ForwardStream`'s effective interval: the arrival interval in sim time clamped around
-        the stream's typical one, or FIRST_STEP_DT_S for a stream's first command."""
+        the stream's typical one, or FIRST_STEP_DT_S until that is known."""
         reason = self.refusal()
         if reason is not None:
             return reason
@@ -246,18 +246,17 @@ class Simulator:
             return reason
         target = np.asarray(values, dtype=float)
         now = self.time
-        dt = self._forward.interval(now)
-        dt = FIRST_STEP_DT_S if dt is None else dt
+        start, dt = self._forward.judge(now, self.setpoint)
         violation = forward_step_violation(
-            self.robot.joints, self.setpoint, target, dt, self._velocity_limits
+            self.robot.joints, start, target, dt, self._velocity_limits
         )
         if violation is not None:
-            step = float(np.abs(target - self.setpoint).max())
+            step = float(np.abs(target - start).max())
             return self._trip(
                 f"{violation.reason(self.robot.name)}; forward step {step:.4f} rad "
                 f"judged over {1e3 * dt:.1f} ms"
             )
-        self._forward.accepted(now)
+        self._forward.accepted(now, self.setpoint)
         self._freeze(target)
         return None
 
