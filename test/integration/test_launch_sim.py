@@ -45,9 +45,15 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     assert code == 0, out
     report = json.loads(report_path.read_text())
     assert report["ok"] and report["clock"] == "sim" and report["duration_s"] >= 20.0
-    assert report["topics"]["/joint_states"]["rate_hz"] >= 95.0  # 100 Hz, give or take a message
+    # Rates in sim time. /joint_states is published at exactly 100 Hz of it; the monitor takes
+    # it best effort (a loaded host may lose some), never more than it.
+    assert 80.0 <= report["topics"]["/joint_states"]["rate_hz"] <= 101.0
     for camera in ("scene", "wrist"):
-        assert report["topics"][f"/vla/cameras/{camera}/image_raw"]["rate_hz"] >= 10.0
+        # Frames all through the run, at camera_fps (15) of sim time at most (give or take the
+        # monitor's receipt times), not at the scene states' 50: how many a loaded host renders
+        # is the benchmark's figure.
+        images = report["topics"][f"/vla/cameras/{camera}/image_raw"]
+        assert images["count"] >= report["duration_s"] and 0.0 < images["rate_hz"] <= 18.0
         latency = report["cameras"][camera]["latency_ms"]
         assert 0.0 <= latency["p50"] <= latency["p99"]
     assert 1 <= report["topics"]["/vla/driver/events"]["count"] <= 3  # best-effort monitor

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time
@@ -10,7 +9,6 @@ import time
 import numpy as np
 import pytest
 from builtin_interfaces.msg import Duration
-from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -19,6 +17,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.messages import to_seconds
 from vla_runtime.stack.supervisor import NodeProcess, module_process
+from vla_runtime.testing.recorder import Recorder, json_data
 
 pytestmark = pytest.mark.integration
 
@@ -49,36 +48,20 @@ def stamp_of(seconds: float):
     return sec, nanosec
 
 
-class Probe:
-    """Plays driver state, streamer and policy; records what reaches the driver topics."""
+class Probe(Recorder):
+    """Plays driver state, streamer and policy; records what reaches the driver topics (arrival
+    on the monotonic clock) while it publishes in loops of its own."""
 
     def __init__(self, ctx):
-        import rclpy
-
-        self.node = rclpy.create_node("safety_probe", context=ctx)
-        self.executor = SingleThreadedExecutor(context=ctx)
-        self.executor.add_node(self.node)
-        self.outputs: list[tuple[float, np.ndarray]] = []
-        self.grippers: list[float] = []
-        self.events: list[dict] = []
-        self.checked: list[JointTrajectory] = []
-        sub = self.node.create_subscription
-        sub(
-            Float64MultiArray,
-            topics.forward_command("forward_position_controller"),
-            lambda m: self.outputs.append((time.monotonic(), np.array(m.data))),
-            1000,
-        )
-        sub(
-            Float64MultiArray,
-            topics.forward_command("fr3_gripper"),
-            lambda m: self.grippers.append(m.data[0]),
-            100,
-        )
-        self.events_sub = sub(
-            String, topics.SAFETY_EVENTS, lambda m: self.events.append(json.loads(m.data)), 1000
-        )
-        sub(JointTrajectory, topics.CHECKED_CHUNK, self.checked.append, 100)
+        super().__init__("safety_probe", context=ctx, background=True)
+        self.clock = time.monotonic
+        forward = topics.forward_command("forward_position_controller")
+        self.outputs = self.record(Float64MultiArray, forward, 1000, lambda m: np.array(m.data))
+        self.grippers = self.record(Float64MultiArray, topics.forward_command("fr3_gripper"), 100,
+                                    lambda m: m.data[0], stamped=False)  # fmt: skip
+        self.events = self.record(String, topics.SAFETY_EVENTS, 1000, json_data, stamped=False)
+        self.events_sub = self.subscriptions[topics.SAFETY_EVENTS]
+        self.checked = self.record(JointTrajectory, topics.CHECKED_CHUNK, 100, stamped=False)
         pub = self.node.create_publisher
         self.state_pub = pub(JointState, topics.JOINT_STATES, 10)
         self.command_pub = pub(JointState, topics.COMMAND, 10)
@@ -86,9 +69,6 @@ class Probe:
         self.estop_pub = pub(Bool, topics.ESTOP, 10)
         self.reset_pub = pub(Empty, "/vla/estop/reset", 10)
         self.arm = HOME.copy()  # what the "driver" reports
-
-    def now(self) -> float:
-        return self.node.get_clock().now().nanoseconds * 1e-9
 
     def publish_state(self):
         msg = JointState(name=NAMES, position=[*self.arm.tolist(), 0.04])
@@ -113,15 +93,17 @@ class Probe:
                 if q is not None:
                     self.command(q)
                 next_command += PERIOD
-            self.executor.spin_once(timeout_sec=0.001)
+            time.sleep(0.001)  # the pace of the loop; the recorder's thread takes the messages
 
     def spin_until(self, condition, what: str, timeout: float = WAIT_S):
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
+        """Until `condition()`, the "driver" reporting the arm meanwhile."""
+
+        def reporting() -> bool:
             self.publish_state()
-            self.executor.spin_once(timeout_sec=0.01)
+            return condition()
+
+        if not self.wait(reporting, timeout):
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
     def wait_for_state(self, timeout: float = WAIT_S) -> None:
         """Until the node demonstrably holds the joint state we publish: a command 0.3 rad from
@@ -139,10 +121,6 @@ class Probe:
 
     def kinds(self) -> list[str]:
         return [e["event"] for e in self.events]
-
-    def close(self):
-        self.executor.shutdown()
-        self.node.destroy_node()
 
 
 def assert_output_within_limits(outputs):
@@ -271,9 +249,8 @@ def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_
 
     proc = start_safety(tmp_path, "command_interface:=trajectory")
     probe = Probe(rclpy_context)
-    trajectories: list[JointTrajectory] = []
-    probe.node.create_subscription(
-        JointTrajectory, topics.trajectory_command("fr3_arm_controller"), trajectories.append, 1000
+    trajectories = probe.record(
+        JointTrajectory, topics.trajectory_command("fr3_arm_controller"), 1000, stamped=False
     )
     probe.state_pub = probe.node.create_publisher(
         JointState, topics.JOINT_STATES, qos_profile_sensor_data

@@ -220,6 +220,8 @@ def test_sim_source_renders_newest_state_once():
     assert ok and frame.shape == (24, 32, 3) and frame[0, 0, 0] == 9
     assert source.frame_time == 0.6
     assert source.read() == (False, None)  # nothing new since
+    assert source.shows(0.6, [9.0]) and not source.shows(0.6, [7.0])
+    assert not source.shows(0.5, [9.0])
     assert source.intrinsics()[0, 2] == 16.0
     with pytest.raises(CameraUnavailable, match="no camera named"):
         SimSource("<mujoco/>", "wrist", 32, 24, renderer_cls=FakeRenderer).open()

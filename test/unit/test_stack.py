@@ -1,6 +1,8 @@
 import pytest
 import yaml
 
+from vla_runtime.core import topics
+from vla_runtime.core.robot import load_robot
 from vla_runtime.stack.resolver import (
     StackError,
     available_stacks,
@@ -110,6 +112,58 @@ def test_bad_stack_file(tmp_path):
     dup.write_text("nodes:\n  - {name: a, executable: x}\n  - {name: a, executable: y}\n")
     with pytest.raises(StackError, match="two nodes named 'a'"):
         resolve_stack(dup)
+
+
+def test_conditions_may_compare_an_argument_and_select_report_topics(tmp_path):
+    stack = tmp_path / "c.yaml"
+    stack.write_text(
+        "arguments: {mode: {default: slow}, armed: {default: true}}\n"
+        "nodes:\n"
+        "  - {name: fast, executable: x, if: mode == fast}\n"
+        "  - {name: other, executable: x, unless: [mode == fast, armed]}\n"
+        "  - {name: keep, executable: x}\n"
+        "report:\n"
+        "  topics:\n"
+        "    - /always\n"
+        "    - {topic: /fast/$(arg mode), if: [mode == fast, armed]}\n"
+        "    - {topic: /slow, unless: mode == fast}\n"
+    )
+    slow = resolve_stack(stack)
+    assert [n.name for n in slow.nodes] == ["keep"]
+    assert slow.report_topics == ("/always", "/slow")
+    fast = resolve_stack(stack, {"mode": "fast"})
+    assert [n.name for n in fast.nodes] == ["fast", "keep"]
+    assert fast.report_topics == ("/always", "/fast/fast")
+    assert resolve_stack(stack, {"mode": "fast", "armed": False}).report_topics == ("/always",)
+    assert [n.name for n in resolve_stack(stack, {"armed": False}).nodes] == ["other", "keep"]
+    stack.write_text("nodes: [{name: a, executable: x}]\nreport: {topics: [{if: armed}]}\n")
+    with pytest.raises(StackError, match="needs `topic`"):
+        resolve_stack(stack)
+
+
+@pytest.mark.parametrize("robot", ["fr3", "ur5e"])
+@pytest.mark.parametrize("interface", ["trajectory", "forward_position", None])
+def test_sim_stack_monitors_the_topic_its_gate_commands(robot, interface):
+    """The run report measures the arm command topic the safety gate publishes on, as the node
+    names it (nodes/safety.py) for the stack's robot and command_interface (default trajectory)."""
+    args = {"policy": True, "robot": robot}
+    if interface is not None:
+        args["command_interface"] = interface
+    stack = resolve_stack("sim", args)
+    safety = next(n for n in stack.nodes if n.name == "safety")
+    chosen = safety.parameters["command_interface"]
+    assert chosen == (interface or "trajectory")
+    controllers = load_robot(robot).controllers
+    gate = (
+        topics.trajectory_command(controllers["trajectory"])
+        if chosen == "trajectory"
+        else topics.forward_command(controllers["forward_position"])
+    )
+    arm_commands = {
+        topics.trajectory_command(controllers["trajectory"]),
+        topics.forward_command(controllers["forward_position"]),
+    }
+    assert arm_commands & set(stack.report_topics) == {gate}
 
 
 def test_ros_arguments_and_params_file():

@@ -19,7 +19,6 @@ import os
 import platform
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -29,7 +28,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
 from vla_runtime.ros.messages import chunk_msg, to_seconds
 from vla_runtime.stack.isolation import claim_domain
-from vla_runtime.stack.supervisor import popen_child
+from vla_runtime.stack.supervisor import NodeProcess, module_process
 
 MOVED_RAD = 1e-3
 STEP_RAD, STEP_S = 0.05, 0.5  # latency probe: 0.1 rad/s, so the command passes 1 mrad in 10 ms
@@ -38,51 +37,39 @@ WAVE_HZ = 0.25
 CHUNK_S, CHUNK_POINTS, CHUNK_EVERY_S = 1.0, 10, 0.5
 
 
-def start_franky_sim(timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+def start_franky_sim(timeout: float = 60.0) -> tuple[NodeProcess, str]:
     """franky-sim with the MuJoCo back end; returns the process and the robot address to use.
 
     Raises RuntimeError (with franky-sim's output) when it does not come up."""
-    proc = popen_child(
-        [sys.executable, "-u", "-m", "franky_sim.run_server", "-s", "mujoco"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl")),
-    )
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"))
+    argv = [sys.executable, "-m", "franky_sim.run_server", "-s", "mujoco"]
+    proc = NodeProcess("franky_sim", argv, env).start()
     deadline = time.monotonic() + timeout
-    seen = []
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
+        for line in list(proc.tail):
+            match = re.search(r"using '([^']+)' as the robot IP", line)
+            if match:
+                return proc, match.group(1)
+        if proc.poll() is not None:
             break
-        seen.append(line)
-        match = re.search(r"using '([^']+)' as the robot IP", line)
-        if match:
-            return proc, match.group(1)
-    stop_process(proc)
-    raise RuntimeError(f"franky-sim did not start: {''.join(seen)[-800:]}")
+        time.sleep(0.05)  # the pump thread takes its output meanwhile
+    _, output = stop_process(proc)
+    raise RuntimeError(f"franky-sim did not start: {output[-800:]}")
 
 
-def start_franky_driver(robot_ip: str, *params: str) -> subprocess.Popen:
-    """The driver node as its own process (`-p name:=value` extra parameters)."""
-    argv = [sys.executable, "-u", "-m", "vla_runtime.drivers.franky_driver", "--ros-args"]
-    argv += ["-r", "__node:=franky_driver", "-p", f"robot_ip:={robot_ip}"]
-    argv += ["-p", "realtime_config:=ignore"]  # franky-sim hosts have no real-time kernel
-    for param in params:
-        argv += ["-p", param]
-    return popen_child(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_franky_driver(robot_ip: str, *params: str) -> NodeProcess:
+    """The driver node as its own process (`name:=value` extra parameters)."""
+    return module_process(
+        "vla_runtime.drivers.franky_driver", f"robot_ip:={robot_ip}",
+        "realtime_config:=ignore",  # franky-sim hosts have no real-time kernel
+        *params, node_name="franky_driver",
+    ).start()  # fmt: skip
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> tuple[int, str]:
-    """SIGINT, then SIGKILL after `timeout`; returns the exit code and the output."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-    return proc.returncode, out or ""
+def stop_process(proc: NodeProcess, timeout: float = 20.0) -> tuple[int | None, str]:
+    """SIGINT, escalating after `timeout`; returns the exit code (None when it had to
+    escalate) and its last output."""
+    return proc.stop(signal.SIGINT, timeout), proc.output()
 
 
 def wave(home: np.ndarray, t: float) -> np.ndarray:

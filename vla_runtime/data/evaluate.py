@@ -52,7 +52,7 @@ from vla_runtime.sim.tasks import (
     scene_colours,
 )
 from vla_runtime.stack.resolver import StackError, coerce_scalar
-from vla_runtime.stack.sim_harness import STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
+from vla_runtime.stack.sim_harness import REPUBLISH_S, STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
 
 EVAL_SEED = 90000
 DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next inference
@@ -215,12 +215,16 @@ def evaluate_stack(
     def infer(t_obs: float, timeout_s: float):
         """Ask the engine for a chunk from the frames of `t_obs`; (chunk msg, wall latency)."""
         deadline = time.monotonic() + timeout_s
+        asked = time.monotonic()
+        # In lock-step the frames of t_obs went out once: an engine that subscribed after that
+        # (a slow start) or lost them gets them again while it is waited for.
+        wait = stack.spin_until if realtime else stack.wait_republishing
         while True:
             chunks.clear()
             t0 = time.perf_counter()
             request_pub.publish(chunk_msg([], 0.0, [], []))  # a request without a plan
             try:
-                stack.spin_until(lambda: bool(chunks), min(5.0, timeout_s), "an action chunk")
+                wait(lambda: bool(chunks), min(5.0, timeout_s), "an action chunk")
             except TimeoutError:
                 if time.monotonic() > deadline:
                     raise
@@ -232,6 +236,9 @@ def evaluate_stack(
                 return msg, latency
             if time.monotonic() > deadline:  # the engine keeps using older frames
                 raise TimeoutError(f"chunks stamped {stamp:.3f}, frames are at {t_obs:.3f}")
+            if not realtime and time.monotonic() - asked > REPUBLISH_S:
+                stack.republish()  # the engine's frames of t_obs may have been lost on the way
+                asked = time.monotonic()
             time.sleep(0.01)
 
     try:

@@ -225,7 +225,8 @@ class SimSource:
     since the last read, or not due yet) and `frame_time` is the sim time of the state the last
     frame shows. With `fps` > 0 frames are due every 1/fps of the states' sim time (on average:
     states arrive on their own grid); `render_next()` makes the next state due at once (a scene
-    reset, whose first frame the policy is waiting for).
+    reset, whose first frame the policy is waiting for). `shows(sim_time, qpos)`: whether the
+    last frame is of that very state.
     """
 
     def __init__(
@@ -238,6 +239,7 @@ class SimSource:
         self._renderer = None
         self._state: tuple[float, np.ndarray] | None = None
         self._rendered_time: float | None = None
+        self._rendered_qpos: np.ndarray | None = None
         self._next_time = -math.inf
 
     def render_next(self) -> None:
@@ -279,7 +281,15 @@ class SimSource:
             return False, None
         frame = self._renderer.render(qpos)
         self._rendered_time = self.frame_time = sim_time
+        self._rendered_qpos = qpos
         return True, frame
+
+    def shows(self, sim_time: float, qpos) -> bool:
+        return (
+            self._rendered_qpos is not None
+            and float(sim_time) == self._rendered_time
+            and np.array_equal(np.asarray(qpos, dtype=float), self._rendered_qpos)
+        )
 
     def close(self) -> None:
         renderer, self._renderer = self._renderer, None

@@ -9,7 +9,9 @@ Sources (parameter `source`):
 `fps` caps the publish rate; 0 (the default) means the source's own rate: the file's fps
 (15 Hz for a file that does not state it), whatever the device delivers, and for sim a frame
 of every scene state (in lock-step: one per step batch). Sim frames are rendered as scene states
-arrive, `fps` per second of their sim time, and the first state after an episode reset at once.
+arrive, `fps` per second of their sim time, and the first state after an episode reset at once;
+the state the last frame shows, arriving again (a lock-step driver publishing its streams again
+because something on the way was lost), sends that frame again.
 A camera that is missing or stops delivering is reported (warning + /diagnostics) and retried
 every `retry_period_s`; the node never exits because of it.
 """
@@ -103,6 +105,7 @@ class CameraNode(RuntimeNode):
 
         self._thread: CaptureThread | None = None
         self._sim: SimSource | None = None
+        self._last_sent: tuple[Image, CameraInfo] | None = None  # the newest frame published
         if p.source == "sim":
             self._start_sim()
         else:
@@ -177,6 +180,7 @@ class CameraNode(RuntimeNode):
         self._image_pub.publish(image)
         self._info_pub.publish(info)
         self._health.frame_published(time.monotonic())
+        self._last_sent = (image, info)
 
     # ------------------------------------------------------------ sim
 
@@ -212,9 +216,15 @@ class CameraNode(RuntimeNode):
                 throttle_duration_sec=5.0,
             )
             return
-        if self._sim is not None:
-            self._sim.update(values[0], values[1:])
-            self._render_sim()
+        if self._sim is None:
+            return
+        if self._last_sent is not None and self._sim.shows(values[0], values[1:]):
+            image, info = self._last_sent  # best effort: a frame may not have arrived
+            self._image_pub.publish(image)
+            self._info_pub.publish(info)
+            return
+        self._sim.update(values[0], values[1:])
+        self._render_sim()
 
     def _on_episode(self, _msg: String) -> None:
         if self._sim is not None:

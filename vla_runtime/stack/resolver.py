@@ -16,14 +16,17 @@ Format::
         executable: vla-sim-driver   # console script of this package
         if: use_sim                  # optional: start only when the argument is true
         unless: other_arg            # optional: start only when the argument is false
-                                     # (either may list several: [a, b] = all of them)
+                                     # (either may list several: [a, b] = all of them; a
+                                     # condition may also compare: mode == fast)
         parameters: {robot: $(arg robot), seed: 0}
         remappings: {/from: /to}
         nice: 5                      # optional: lower the process's CPU priority
     refuse:                          # optional: argument combinations that cannot run
       - {if: use_sim, message: why not}
     report:
-      topics: [/joint_states]        # topics the run monitor measures
+      topics:                        # topics the run monitor measures
+        - /joint_states
+        - {topic: /a/commands, if: mode == fast}  # one measured under conditions, as a node
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import yaml
 from vla_runtime.core.paths import config_dir
 
 _ARG = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
+_EQUALS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(.*?)\s*")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", ""}
 
 
@@ -108,6 +112,21 @@ def _flag(name: str, args: dict[str, Any]) -> bool:
     return parse_bool(_lookup(name, args), f"argument {name}")
 
 
+def _holds(condition: str, args: dict[str, Any]) -> bool:
+    """One condition: the name of a true/false argument, or `name == value` (its text)."""
+    compared = _EQUALS.fullmatch(condition)
+    if compared:
+        return str(_lookup(compared.group(1), args)) == compared.group(2)
+    return _flag(condition, args)
+
+
+def _selected(entry: dict, args: dict[str, Any]) -> bool:
+    """Whether an entry's `if` conditions all hold and none of its `unless` ones."""
+    if not all(_holds(c, args) for c in _names(entry.get("if"))):
+        return False
+    return not any(_holds(c, args) for c in _names(entry.get("unless")))
+
+
 def _lookup(name: str, args: dict[str, Any]) -> Any:
     if name not in args:
         raise StackError(f"unknown launch argument $(arg {name}); declared: {sorted(args)}")
@@ -173,9 +192,7 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     for i, entry in enumerate(raw["nodes"]):
         if not isinstance(entry, dict) or "name" not in entry or "executable" not in entry:
             raise StackError(f"stack {name!r} node #{i}: needs `name` and `executable`")
-        if not all(_flag(a, args) for a in _names(entry.get("if"))):
-            continue
-        if any(_flag(a, args) for a in _names(entry.get("unless"))):
+        if not _selected(entry, args):
             continue
         if entry["name"] in seen:
             raise StackError(f"stack {name!r}: two nodes named {entry['name']!r}")
@@ -198,7 +215,16 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         )
     if not nodes:
         raise StackError(f"stack {name!r} starts no node with arguments {args}")
-    topics = list(dict.fromkeys(substitute((raw.get("report") or {}).get("topics") or [], args)))
+    topics = []
+    for entry in (raw.get("report") or {}).get("topics") or []:
+        if isinstance(entry, dict):
+            if "topic" not in entry:
+                raise StackError(f"stack {name!r}: report topic {entry} needs `topic`")
+            if not _selected(entry, args):
+                continue
+            entry = entry["topic"]
+        topics.append(substitute(entry, args))
+    topics = list(dict.fromkeys(topics))
     return Stack(
         name=name,
         description=str(raw.get("description", "")),

@@ -35,6 +35,8 @@ from vla_runtime.stack.supervisor import Supervisor, node_env
 
 STARTUP_TIMEOUT_S = 120.0
 STEP_TIMEOUT_S = 20.0
+# Lock-step: waited this long for a state or frame, ask for it again (it travels best effort).
+REPUBLISH_S = 1.0
 EPS = 1e-4  # s: stamps on the 1 ms physics grid compare within this
 
 
@@ -163,6 +165,24 @@ class SimStack:
     def request_steps(self, n: int) -> None:
         self.step_pub.publish(UInt32(data=int(n)))
 
+    def republish(self) -> None:
+        """Lock-step: the driver publishes its streams again (physics stays put) and the cameras
+        send their frames of that state again, for a node that subscribed after they went out
+        or lost them on the way (they travel best effort)."""
+        self.request_steps(0)
+
+    def wait_republishing(self, ready, timeout_s: float, what: str) -> None:
+        """`spin_until` in lock-step: `republish` every REPUBLISH_S while `ready()` is false."""
+        asked = [time.monotonic()]
+
+        def ready_or_ask() -> bool:
+            if time.monotonic() - asked[0] > REPUBLISH_S:
+                self.republish()
+                asked[0] = time.monotonic()
+            return ready()
+
+        self.spin_until(ready_or_ask, timeout_s, what)
+
     def set_episode(self, seed: int) -> None:
         """New episode in the driver (a parameter service call: done when it returns)."""
 
@@ -246,7 +266,8 @@ class RosEnv:
                 )
             return fresh and fresh_images
 
-        stack.spin_until(ready, timeout_s, f"state and camera frames at t={t_target:.3f}")
+        wait = stack.spin_until if self.realtime else stack.wait_republishing
+        wait(ready, timeout_s, f"state and camera frames at t={t_target:.3f}")
         return Frame(
             stack.sim_time,
             {c: stack.images[c][1] for c in stack.cameras},

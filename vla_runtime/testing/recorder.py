@@ -16,6 +16,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
+from rclpy.subscription import Subscription
 from sensor_msgs.msg import JointState
 
 from vla_runtime.core import topics
@@ -34,7 +35,9 @@ def json_data(msg) -> dict:
 
 class Recorder:
     """A node on `context` (the caller's, left running on `close`) or on a context of its own on
-    `domain_id`. `clock()` stamps what `record` keeps: the node's clock unless replaced."""
+    `domain_id`. `clock()` stamps what `record` keeps: the node's clock unless replaced.
+    `subscriptions` holds the subscription of each recorded topic (whether its publishers have
+    matched, say)."""
 
     def __init__(
         self,
@@ -53,6 +56,7 @@ class Recorder:
         overrides = [Parameter("use_sim_time", value=True)] if use_sim_time else []
         self.node = RuntimeNode(name, context=context, parameter_overrides=overrides)
         self.clock: Callable[[], float] = self.now
+        self.subscriptions: dict[str, Subscription] = {}
         self._spinner = self._executor = None
         if background:
             self._spinner = BackgroundSpinner(context, [self.node]).start()
@@ -74,7 +78,7 @@ class Recorder:
             value = convert(msg)
             received.append((self.clock(), value) if stamped else value)
 
-        self.node.create_subscription(msg_type, topic, keep, qos)
+        self.subscriptions[topic] = self.node.create_subscription(msg_type, topic, keep, qos)
         return received
 
     def record_joints(self, joints, topic: str = topics.JOINT_STATES, qos=100) -> list:
@@ -91,7 +95,7 @@ class Recorder:
                 return
             received.append((to_seconds(msg.header.stamp), q, dq))
 
-        self.node.create_subscription(JointState, topic, keep, qos)
+        self.subscriptions[topic] = self.node.create_subscription(JointState, topic, keep, qos)
         return received
 
     def wait(self, condition: Callable[[], bool], timeout_s: float) -> bool:

@@ -84,6 +84,9 @@ class SimDriverNode(RuntimeNode):
 
         self.sim = Simulator(SceneConfig(params.robot, n_cubes=params.n_cubes, seed=params.seed))
         self._lock = threading.Lock()
+        # The physics thread and a 0-step request (the executor's) publish through shared
+        # messages: one at a time.
+        self._publish_lock = threading.Lock()
         rates = {name: getattr(params, name) for name in STREAM_RATES}
         self._physics = PhysicsLoop(
             StepGrid(rates, steps_per_s=round(1.0 / self.sim.dt)), self.sim.dt, rtf,
@@ -160,6 +163,10 @@ class SimDriverNode(RuntimeNode):
         self._publish(True, True, True)
 
     def _publish(self, clock: bool, state: bool, scene: bool) -> None:
+        with self._publish_lock:
+            self._publish_streams(clock, state, scene)
+
+    def _publish_streams(self, clock: bool, state: bool, scene: bool) -> None:
         with self._lock:
             t = self.sim.time
             if state:
