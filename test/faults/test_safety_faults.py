@@ -166,14 +166,14 @@ def test_frozen_joint_state_stops_the_arm_and_vetoes_chunks(node):
         probe.state_pub.publish(msg)
         q = stream(0.5 + time.monotonic() - start)
         probe.command(q)
-        time.sleep(0.004)  # the stream's pace
+        probe.spin(0.004)
     assert "state_lost" in probe.kinds()
     probe.chunk_pub.publish(chunk_msg(probe.now(), [[*HOME, 0.04]] * 5, start=0.05))
     deadline = time.monotonic() + 60.0
     while not any(e["event"] == "chunk" for e in probe.events):  # still frozen meanwhile
         assert time.monotonic() < deadline, "no verdict"
         probe.state_pub.publish(msg)
-        time.sleep(0.01)
+        probe.spin(0.01)
     verdict = next(e for e in probe.events if e["event"] == "chunk")
     assert verdict["verdict"] == "veto" and "joint state too old" in verdict["reasons"][0]
     assert_output_within_limits(probe.outputs)

@@ -44,7 +44,7 @@ class Streamer(Recorder):
     arm's latest /joint_states stamp)."""
 
     def __init__(self, ctx):
-        super().__init__("hold_probe", context=ctx, use_sim_time=True, background=True)
+        super().__init__("hold_probe", context=ctx, use_sim_time=True)
         self.clock = lambda: self.sim_now
         self.states = self.record_joints(ROBOT.joints)
         self.outputs = self.record(
@@ -63,7 +63,7 @@ class Streamer(Recorder):
         self.command_pub.publish(msg)
 
     def run_until(self, condition, path, timeout: float, what: str) -> None:
-        """Command `path(sim time)` every 4 ms of sim time until `condition()`."""
+        """Spin, commanding `path(sim time)` every 4 ms of sim time, until `condition()`."""
         deadline = time.monotonic() + timeout
         next_command = 0.0
         while not condition():
@@ -72,7 +72,7 @@ class Streamer(Recorder):
             if path is not None and self.states and now >= next_command:
                 self.command(path(now))
                 next_command = now + 0.004
-            time.sleep(0.001)  # the pace of the loop; the recorder's thread takes the messages
+            self.spin(0.002)
 
     def speed(self, window: float = 0.05) -> float:
         recent = [dq for t, _, dq in self.states[-50:] if t >= self.sim_now - window]

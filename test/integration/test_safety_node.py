@@ -50,10 +50,10 @@ def stamp_of(seconds: float):
 
 class Probe(Recorder):
     """Plays driver state, streamer and policy; records what reaches the driver topics (arrival
-    on the monotonic clock) while it publishes in loops of its own."""
+    on the monotonic clock) between the messages it publishes."""
 
     def __init__(self, ctx):
-        super().__init__("safety_probe", context=ctx, background=True)
+        super().__init__("safety_probe", context=ctx)
         self.clock = time.monotonic
         forward = topics.forward_command("forward_position_controller")
         self.outputs = self.record(Float64MultiArray, forward, 1000, lambda m: np.array(m.data))
@@ -93,13 +93,14 @@ class Probe(Recorder):
                 if q is not None:
                     self.command(q)
                 next_command += PERIOD
-            time.sleep(0.001)  # the pace of the loop; the recorder's thread takes the messages
+            self.spin(0.001)
 
-    def spin_until(self, condition, what: str, timeout: float = WAIT_S):
-        """Until `condition()`, the "driver" reporting the arm meanwhile."""
+    def spin_until(self, condition, what: str, timeout: float = WAIT_S, state: bool = True):
+        """Until `condition()`, the "driver" reporting the arm meanwhile (with `state`)."""
 
         def reporting() -> bool:
-            self.publish_state()
+            if state:
+                self.publish_state()
             return condition()
 
         if not self.wait(reporting, timeout):
@@ -137,10 +138,13 @@ def probe(rclpy_context, tmp_path):
     proc = start_safety(tmp_path)
     p = Probe(rclpy_context)
     try:
-        p.spin_until(lambda: p.command_pub.get_subscription_count() > 0, "safety to subscribe")
-        p.spin_until(lambda: p.chunk_pub.get_subscription_count() > 0, "chunk subscription")
+        # No joint state yet: the first test checks what the gate does before one.
+        p.spin_until(lambda: p.command_pub.get_subscription_count() > 0, "safety to subscribe",
+                     state=False)  # fmt: skip
+        p.spin_until(lambda: p.chunk_pub.get_subscription_count() > 0, "chunk subscription",
+                     state=False)  # fmt: skip
         # ... and its event publisher must have matched ours before the first event goes out.
-        p.spin_until(lambda: p.events_sub.get_publisher_count() > 0, "safety events")
+        p.spin_until(lambda: p.events_sub.get_publisher_count() > 0, "safety events", state=False)
         yield p
     finally:
         p.close()

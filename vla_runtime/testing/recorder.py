@@ -2,7 +2,9 @@
 arrived, and waits on conditions over what it keeps.
 
 It spins either in a background thread (`background=True`: for code that publishes in loops of
-its own while the recordings grow) or in the caller's thread inside `wait`.
+its own while the recordings grow) or in the caller's thread inside `wait` and `spin` (a loop
+that publishes a stream at its own pace and takes what arrived between two messages: one thread,
+so no thread of the recorder holds the interpreter while the stream is due).
 """
 
 from __future__ import annotations
@@ -109,6 +111,12 @@ class Recorder:
             else:
                 time.sleep(BACKGROUND_POLL_S)
         return True
+
+    def spin(self, timeout_s: float) -> None:
+        """Take what has arrived, waiting at most `timeout_s` for something (caller's thread)."""
+        if self._executor is None:
+            raise RuntimeError("a background recorder spins in its own thread")
+        self._executor.spin_once(timeout_sec=timeout_s)
 
     def wait_elapsed(self, seconds: float, timeout_s: float = 60.0) -> bool:
         """Until `clock()` advanced by `seconds` (False when `timeout_s` of wall time passed)."""
