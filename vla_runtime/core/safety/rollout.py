@@ -47,21 +47,24 @@ def rollout_verdict(
 
     result, ahead = roll_out(verdict)
     numbers = {f"rollout_{k}": v for k, v in result.numbers.items()}
-    if result.safe:
-        numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
-        return replace(verdict, numbers={**verdict.numbers, **numbers})
-    hazards = "; ".join(result.hazards)
-    first = result.first_hazard_s
-    if first is not None:
-        keep = int(np.count_nonzero(ahead < first - HAZARD_MARGIN_S))
-        if np.count_nonzero(ahead[:keep] > 0.0) >= min_points:
-            truncated = replace(verdict, times=verdict.times[:keep],
-                                positions=verdict.positions[:keep])  # fmt: skip
-            again, _ = roll_out(truncated)
-            numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
-            if again.safe:
-                reason = f"truncated at point {keep} before the consequence: {hazards}"
-                return replace(truncated, decision=CLIP, reasons=(*verdict.reasons, reason),
-                               numbers={**verdict.numbers, **numbers})  # fmt: skip
+    outcome = verdict if result.safe else _truncated(verdict, result, ahead, roll_out, min_points)
     numbers["rollout_ms"] = 1e3 * (time.perf_counter() - started)
-    return verdict.vetoed("consequence: " + hazards, **numbers)
+    if outcome is not None:
+        return replace(outcome, numbers={**verdict.numbers, **numbers})
+    return verdict.vetoed("consequence: " + "; ".join(result.hazards), **numbers)
+
+
+def _truncated(verdict: Verdict, result, ahead, roll_out, min_points: int) -> Verdict | None:
+    """`verdict` cut HAZARD_MARGIN_S before the first hazard of `result`, as a clip, when at
+    least `min_points` points ahead stay and that rolls out safely; else None."""
+    if result.first_hazard_s is None:
+        return None
+    keep = int(np.count_nonzero(ahead < result.first_hazard_s - HAZARD_MARGIN_S))
+    if np.count_nonzero(ahead[:keep] > 0.0) < min_points:
+        return None
+    truncated = replace(verdict, times=verdict.times[:keep], positions=verdict.positions[:keep])
+    again, _ = roll_out(truncated)
+    if not again.safe:
+        return None
+    reason = f"truncated at point {keep} before the consequence: {'; '.join(result.hazards)}"
+    return replace(truncated, decision=CLIP, reasons=(*verdict.reasons, reason))
