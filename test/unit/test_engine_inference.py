@@ -47,9 +47,11 @@ class StandInPolicy:
         self.actions = np.full((4, 3), 0.5, np.float32) if actions is None else actions
         self.error = error
         self.plans: list = []
+        self.noise_scales: list = []
 
-    def infer(self, observation, mode, plan=None):
+    def infer(self, observation, mode, plan=None, noise_scale=None):
         self.plans.append(plan)
+        self.noise_scales.append(noise_scale)
         if self.error is not None:
             raise self.error
         return ActionChunk(self.actions, observation.stamp, mode, {"vision": 1.5}, {"steps": 3})
@@ -80,6 +82,21 @@ def test_the_requested_plan_guides_once_a_latency_is_known():
     np.testing.assert_allclose(policy.plans[-1], [[1, 2, 0.02]] * 2, rtol=1e-6)
     inference(policy, guided=False).run(INPUTS, request, MODE, now=10.0)
     assert policy.plans[-1] is None
+
+
+def test_a_retry_after_refused_answers_samples_with_the_retry_noise():
+    policy = StandInPolicy()
+    plan = Chunk(("j1", "j2", "f1"), 9.9, (), ())
+    engine = ChunkInference(policy, ASSEMBLER, False, InjectedDelay.parse(""), 0, 0.7)
+    engine.run(INPUTS, None, MODE, now=10.0)
+    engine.run(INPUTS, InferenceRequest(plan, "req:4"), MODE, now=10.0)
+    engine.run(INPUTS, InferenceRequest(plan, "req:5", retry=2), MODE, now=10.0)
+    assert policy.noise_scales == [None, None, 0.7]
+    off = ChunkInference(policy, ASSEMBLER, False, InjectedDelay.parse(""), 0, 0.0)
+    off.run(INPUTS, InferenceRequest(plan, "req:6", retry=1), MODE, now=10.0)
+    assert policy.noise_scales[-1] is None
+    with pytest.raises(ValueError, match="retry_noise_scale"):
+        ChunkInference(policy, ASSEMBLER, False, InjectedDelay.parse(""), 0, 1.5)
 
 
 @pytest.mark.parametrize(

@@ -207,6 +207,14 @@ def test_noise_scale_scales_the_flow_start(checkpoint):
     assert np.abs(half - expected).max() < TOL
     with pytest.raises(PolicyError, match="noise_scale"):
         TorchPolicy(checkpoint, noise_scale=1.5)
+    # One inference may ask for other noise (a retry after a refused chunk): the seeded noise,
+    # scaled; the next one is deterministic again.
+    retry = TorchPolicy(checkpoint, seed=SEED, noise_scale=0.0)
+    resampled = retry.infer(obs, noise_scale=0.5)
+    assert np.abs(resampled.actions - half).max() < TOL and resampled.info["noise_scale"] == 0.5
+    assert np.abs(retry.infer(obs).actions - first).max() < TOL
+    with pytest.raises(PolicyError, match="noise_scale"):
+        retry.infer(obs, noise_scale=-0.1)
 
 
 def test_checkpoint_recommends_its_noise_scale(checkpoint, tmp_path):

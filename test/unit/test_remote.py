@@ -51,7 +51,9 @@ class SlowPolicy:
     def spec(self) -> PolicySpec:
         return self.policy.spec
 
-    def infer(self, observation, compute_mode=ComputeMode(), plan=None) -> ActionChunk:
+    def infer(
+        self, observation, compute_mode=ComputeMode(), plan=None, noise_scale=None
+    ) -> ActionChunk:
         if observation.instruction == "slow":
             time.sleep(self.delay_s)
         return self.policy.infer(observation, compute_mode, plan)

@@ -29,6 +29,7 @@ from vla_runtime.ros.messages import (
     parse_request_id,
     refused_request,
     request_msg,
+    split_request_frame,
     to_seconds,
 )
 
@@ -91,6 +92,11 @@ def test_request_ids_round_trip_through_the_frame_id():
     assert [to_seconds(p.time_from_start) for p in msg.points] == [0.25, 0.5]
     assert [list(p.positions) for p in msg.points] == [[1.0, 2.0], [3.0, 4.0]]
     assert parse_request_id("req:x") is None and parse_request_id("12") is None
+    assert split_request_frame(msg.header.frame_id) == ("req:12", 0)
+    retry = request_msg(["a", "b"], Request(13, 3.5, np.empty(0), np.empty((0, 2)), retry=2))
+    assert retry.header.frame_id == "req:13 retry:2"
+    assert split_request_frame(retry.header.frame_id) == ("req:13", 2)
+    assert split_request_frame("req:13 retry:-1") == ("req:13", 0)
 
 
 def test_joint_state_values_in_the_asked_order():

@@ -137,7 +137,8 @@ def test_a_refused_request_lets_the_next_one_go_at_once():
     stream.request_refused(2)  # not the pending one
     assert stream.tick(1.008)[1] is None
     stream.request_refused(1)
-    assert stream.tick(1.012)[1].request_id == 2
+    retry = stream.tick(1.012)[1]
+    assert (retry.request_id, retry.retry) == (2, 1)  # the engine should sample afresh
     assert stream.figures()["requests_refused"] == 1
     lifecycle().request_refused(1)  # before the start: nothing to refuse
 

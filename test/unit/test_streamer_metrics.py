@@ -81,6 +81,11 @@ def test_request_tracker_times_out_refuses_and_measures_the_delay():
     assert not tracker.refuse(third + 1) and tracker.refuse(third)
     assert (tracker.sent, tracker.refused, tracker.pending) == (3, 1, None)
     assert tracker.delay.expected_steps() == 12
+    assert tracker.refused_in_a_row == 1
+    tracker.refuse(tracker.send(now=4.0, step=50))
+    assert tracker.refused_in_a_row == 2
+    tracker.answered(tracker.send(now=5.0, step=60), step=66)
+    assert tracker.refused_in_a_row == 0  # an answer came through
 
 
 def test_chunk_columns_in_the_streamers_joint_order():

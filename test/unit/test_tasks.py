@@ -18,6 +18,7 @@ from vla_runtime.sim.tasks import (
     is_success,
     make_setup,
     slide_position,
+    task_progress,
 )
 
 
@@ -74,6 +75,23 @@ def test_pick_detector():
     assert is_success(setup, _snapshot(setup, lifted, lifted, width=0.04))
     assert not is_success(setup, _snapshot(setup, cube, cube, width=0.04))  # grasped, on table
     assert not is_success(setup, _snapshot(setup, lifted + [0.2, 0, 0.1], lifted))  # knocked up
+
+
+def test_progress_says_how_far_from_success():
+    pick = make_setup("pick", 3)
+    cube = pick.positions[pick.target]
+    progress = task_progress(pick, _snapshot(pick, cube + [0.03, 0, 0.04], cube + [0, 0, 0.02]))
+    assert progress["tcp_to_target_m"] == pytest.approx(np.hypot(0.03, 0.02))
+    assert progress["lift_m"] == pytest.approx(cube[2] + 0.02 - HALF)
+    push = make_setup("push", 3)
+    zone = np.array([*ZONE_CENTRE, HALF])
+    inside = task_progress(push, _snapshot(push, zone, zone + [0.04, 0, 0]))
+    beside = task_progress(push, _snapshot(push, zone, zone + [0.08, -0.09, 0]))
+    assert inside["target_to_zone_m"] == 0.0
+    assert beside["target_to_zone_m"] == pytest.approx(np.hypot(0.03, 0.04))
+    assert set(task_progress(make_setup("reach", 3), _snapshot(push, zone, zone))) == {
+        "tcp_to_target_m"
+    }
 
 
 def test_sliding_cube_bounces_inside_its_region_and_moves_continuously():

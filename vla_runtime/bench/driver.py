@@ -219,7 +219,7 @@ def run_bench(seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 1
         sim, robot_ip = start_franky_sim()
         driver = probe = None
         context = Context()
-        rclpy.init(context=context, domain_id=claim.domain_id)
+        rclpy.init(args=[], context=context, domain_id=claim.domain_id)
         try:
             driver = start_franky_driver(robot_ip, f"robot:={robot}")
             probe = DriverProbe(context, list(config.joints), config.controllers)

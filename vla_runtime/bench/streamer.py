@@ -100,7 +100,7 @@ def run_node_jitter(rate_hz: float, tick_source: str, seconds: float) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
-    rclpy.init()
+    rclpy.init(args=[])
     try:
         node = StreamerNode(
             parameter_overrides=[

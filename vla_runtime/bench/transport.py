@@ -47,7 +47,11 @@ class EchoPolicy:
         self._actions = np.zeros((spec.chunk_len, spec.action_dim), dtype=np.float32)
 
     def infer(
-        self, observation: Observation, compute_mode: ComputeMode = FULL_COMPUTE, plan=None
+        self,
+        observation: Observation,
+        compute_mode: ComputeMode = FULL_COMPUTE,
+        plan=None,
+        noise_scale=None,
     ) -> ActionChunk:
         return ActionChunk(self._actions, observation.stamp, compute_mode)
 

@@ -154,7 +154,7 @@ def record(out: str | Path, wanted: list[str] | None, duration_s: float | None,
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.signals import SignalHandlerOptions
 
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = RuntimeNode("vla_recorder")
     writer = McapRosWriter(out)
     subscribed: dict[str, str] = {}

@@ -36,11 +36,13 @@ from vla_runtime.ros.qos import latched as latched_qos
 from vla_runtime.ros.runtime import close_private_node, private_node
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
+    PROGRESS_BETTER_HIGH,
     SceneReader,
     TaskSimulator,
     is_success,
     make_setup,
     scene_colours,
+    task_progress,
 )
 from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.resolver import Stack, resolve_stack
@@ -85,6 +87,7 @@ class EpisodeRecord:
     driver_events: dict = field(default_factory=dict)
     driver_faults: list = field(default_factory=list)  # the first distinct reasons
     vetoes: list = field(default_factory=list)  # the first few, with the checker's numbers
+    best_progress: dict = field(default_factory=dict)  # the closest to success it came
 
 
 def _percentiles(values) -> dict:
@@ -334,14 +337,18 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
     reader = harness.reader(task)
     end = t0 + setup.max_steps * CONTROL_DT
     outcome = {"success_at": None, "t": t0, "progress_wall": time.monotonic()}
+    best: dict[str, float] = {}
 
     def done() -> bool:
         scene = harness.scene
         if scene is not None and scene[0] > outcome["t"]:
             outcome["t"], outcome["progress_wall"] = scene[0], time.monotonic()
-            if scene[0] >= t0 and is_success(setup, reader.snapshot(scene[1])):
-                outcome["success_at"] = scene[0]
-                return True
+            if scene[0] >= t0:
+                snapshot = reader.snapshot(scene[1])
+                _keep_best(best, task_progress(setup, snapshot))
+                if is_success(setup, snapshot):
+                    outcome["success_at"] = scene[0]
+                    return True
         if outcome["t"] >= end:
             return True
         if time.monotonic() - outcome["progress_wall"] > STALL_TIMEOUT_S:
@@ -366,9 +373,17 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
         time_to_success_s=None if success_at is None else success_at - t0,
         sim_s=t_end - t0,
         wall_s=time.monotonic() - wall0,
+        best_progress={k: round(v, 4) for k, v in best.items()},
     )
     _collect(harness, record, t0, t_end)
     return record
+
+
+def _keep_best(best: dict, progress: dict) -> None:
+    for key, value in progress.items():
+        high = PROGRESS_BETTER_HIGH[key]
+        if key not in best or (value > best[key] if high else value < best[key]):
+            best[key] = value
 
 
 def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: float) -> None:

@@ -51,8 +51,12 @@ class ChunkInference:
         guided: bool,
         injected_delay: InjectedDelay,
         seed: int,
+        retry_noise_scale: float = 0.0,
     ):
+        if not 0.0 <= retry_noise_scale <= 1.0:
+            raise ValueError(f"retry_noise_scale must be in [0, 1], got {retry_noise_scale}")
         self.policy, self.assembler, self.guided = policy, assembler, guided
+        self.retry_noise_scale = retry_noise_scale
         self.spec, self.mapping = assembler.spec, assembler.mapping
         self.injected_delay = injected_delay
         self._delay_rng = np.random.default_rng(seed + 1)  # `seed` is the flow's start noise
@@ -72,8 +76,11 @@ class ChunkInference:
         if self.guided and request is not None:
             plan = plan_guidance(request.plan, observation, self.latencies_s, self.mapping, spec)
         sync_ms = (time.perf_counter() - started) * 1e3
+        noise_scale = None
+        if request is not None and request.retry and self.retry_noise_scale > 0.0:
+            noise_scale = self.retry_noise_scale
         try:
-            chunk = self.policy.infer(observation, mode, plan)
+            chunk = self.policy.infer(observation, mode, plan, noise_scale=noise_scale)
         except PolicyError as exc:
             raise InferenceFailure("policy", f"observation rejected: {exc}") from None
         except Exception as exc:  # remote down, back-end failure: report, never crash

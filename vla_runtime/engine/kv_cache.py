@@ -167,9 +167,10 @@ class CachedPolicy(ABC):
         observation: Observation,
         compute_mode: ComputeMode | str = FULL_COMPUTE,
         plan: np.ndarray | None = None,
+        noise_scale: float | None = None,
     ) -> ActionChunk:
         _, (actions, mode, timings, info) = self._sample(
-            observation, compute_mode, plan, self.candidates
+            observation, compute_mode, plan, self.candidates, noise_scale
         )
         return ActionChunk(actions, observation.stamp, mode, timings, info)
 
@@ -186,9 +187,12 @@ class CachedPolicy(ABC):
 
     # ---- pipeline -----------------------------------------------------------------------------
 
-    def _sample(self, observation, compute_mode, plan, count):
+    def _sample(self, observation, compute_mode, plan, count, noise_scale=None):
         if not isinstance(count, int) or count < 1:
             raise PolicyError(f"number of candidates must be a positive integer, got {count!r}")
+        noise_scale = self.noise_scale if noise_scale is None else noise_scale
+        if not 0.0 <= noise_scale <= 1.0:
+            raise PolicyError(f"noise_scale must be in [0, 1], got {noise_scale}")
         mode = self._check_mode(compute_mode)
         images, state, text_ids = self._check_observation(observation)
         plan_norm = self._check_plan(plan)
@@ -202,12 +206,13 @@ class CachedPolicy(ABC):
             self.synchronize()
             head_start = time.perf_counter()
             normalised, denoise_level, steps = self._denoise(
-                prefix, mode, observation, plan_norm, count
+                prefix, mode, observation, plan_norm, count, noise_scale
             )
             self.synchronize()
             timings["action_head"] = (time.perf_counter() - head_start) * 1e3
         timings["total"] = (time.perf_counter() - start) * 1e3
-        info = {"steps": float(steps), "cameras_reused": float(reused), "candidates": float(count)}
+        info = {"steps": float(steps), "cameras_reused": float(reused), "candidates": float(count),
+                "noise_scale": float(noise_scale)}  # fmt: skip
         info.update({f"vision_similarity_{name}": v for name, v in similarities.items()})
         best = 0
         if plan_norm is not None:
@@ -330,11 +335,11 @@ class CachedPolicy(ABC):
             level = 3 if reused == len(self.spec.cameras) and mode.vision_level >= 3 else 2
         return self._prefix, level, reused
 
-    def _denoise(self, prefix: Prefix, mode, observation, plan_norm, count):
+    def _denoise(self, prefix: Prefix, mode, observation, plan_norm, count, noise_scale):
         """Returns (normalised chunks (count, H, A), denoise level applied, steps)."""
         spec, n = self.spec, self.config.num_steps
         shape = (count, spec.chunk_len, spec.action_dim)
-        noise = self._rng.standard_normal(shape, dtype=np.float32) * np.float32(self.noise_scale)
+        noise = self._rng.standard_normal(shape, dtype=np.float32) * np.float32(noise_scale)
         noise = torch.from_numpy(noise)
         noise = noise.to(self.device)
         previous = self._previous

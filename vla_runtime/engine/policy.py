@@ -166,8 +166,11 @@ class Policy(Protocol):
         observation: Observation,
         compute_mode: ComputeMode = FULL_COMPUTE,
         plan: np.ndarray | None = None,
+        noise_scale: float | None = None,
     ) -> ActionChunk:
         """`plan`: (d, action_dim) actions that will run while this inference happens, in the
         robot's units; plan[k] is applied at observation.stamp + k*dt, like chunk action k. The
-        new chunk's first d actions follow it (real-time chunking, `engine/rtc.py`)."""
+        new chunk's first d actions follow it (real-time chunking, `engine/rtc.py`).
+        `noise_scale`: this inference's flow start noise instead of the policy's own (None);
+        a policy that does not sample ignores it."""
         ...

@@ -15,6 +15,7 @@ RETRY_DELAY_S = 0.1
 class InferenceRequest:
     plan: Chunk  # the plan still to run (real-time-chunking guidance); stamp: when asked
     request_id: str  # echoed by the chunk: the streamer counts the delay in executed steps
+    retry: int = 0  # answers to the streamer refused in a row before it (safety vetoes)
 
 
 class InferenceTrigger:

@@ -50,6 +50,7 @@ from vla_runtime.ros.messages import (
     chunk_msg,
     diagnostics_msg,
     image_from_msg,
+    split_request_frame,
     to_seconds,
 )
 from vla_runtime.ros.node import RuntimeNode
@@ -71,6 +72,11 @@ class EngineParams:
     threads: int = param("CPU threads of torch / ONNX Runtime / OpenMP; 0 = host default", 0)
     noise_scale: float | None = param("flow start noise; unset = the checkpoint's, else 1",
                                       None, Parameter.Type.DOUBLE)  # fmt: skip
+    retry_noise_scale: float = param(
+        "flow start noise of a request after refused answers (a deterministic policy would "
+        "propose the refused chunk again from the held state); 0 = no resampling",
+        1.0,
+    )
     endpoint: str = param("policy server (backend remote)", "tcp://127.0.0.1:5555")
     curve_keys: str = param("CurveZMQ key directory for the server; empty = plain TCP", "")
     remote_timeout_s: float = param("s to wait for the policy server's answer", 2.0)
@@ -163,9 +169,9 @@ class EngineNode(RuntimeNode):
             f"dt={spec.dt}, columns {self.mapping.joint_names}, run_mode {p.run_mode}, "
             f"{self.source.threads} CPU thread(s)"
         )
-        self.worker.ready(
-            ChunkInference(self.policy, assembler, p.plan_guidance, self.injected_delay, p.seed)
-        )
+        inference = ChunkInference(self.policy, assembler, p.plan_guidance,
+                                   self.injected_delay, p.seed, p.retry_noise_scale)  # fmt: skip
+        self.worker.ready(inference)
         return True
 
     def _retry_setup(self) -> None:
@@ -213,7 +219,8 @@ class EngineNode(RuntimeNode):
 
     def _on_request(self, msg: JointTrajectory) -> None:
         # a newer request replaces one not yet served
-        self.worker.add_request(InferenceRequest(chunk_from_msg(msg), msg.header.frame_id))
+        request_id, retry = split_request_frame(msg.header.frame_id)
+        self.worker.add_request(InferenceRequest(chunk_from_msg(msg), request_id, retry))
 
     # -- output ----------------------------------------------------------------------------
 

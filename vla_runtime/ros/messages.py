@@ -3,8 +3,9 @@ joint states, commands, diagnostics, action chunks and safety events.
 
 Chunks (and inference requests, the plan still to run) are `trajectory_msgs/JointTrajectory`
 messages with the convention of docs/design.md §2; `chunk_from_msg` and `chunk_msg` are the only
-places that read or build them. A request's `header.frame_id` is "req:<id>" and the chunk
-answering it echoes it; the safety node's chunk verdict events carry it as "request".
+places that read or build them. A request's `header.frame_id` is "req:<id>" ("req:<id> retry:<n>"
+after n refused answers in a row) and the chunk answering it echoes "req:<id>"; the safety
+node's chunk verdict events carry that as "request".
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk, Verdict
 from vla_runtime.core.streaming.streamer import Request, Setpoint
 
 REQUEST_PREFIX = "req:"
+RETRY_PREFIX = " retry:"
 
 
 def to_seconds(stamp: TimeMsg | Duration) -> float:
@@ -182,8 +184,18 @@ def command_values(msg: JointState, arm_joints: Sequence[str], gripper_joint: st
 
 
 def request_msg(joint_names: Sequence[str], request: Request) -> JointTrajectory:
+    frame_id = f"{REQUEST_PREFIX}{request.request_id}"
+    if request.retry:
+        frame_id += f"{RETRY_PREFIX}{request.retry}"
     return chunk_msg(joint_names, request.stamp, request.times_from_start, request.positions,
-                     f"{REQUEST_PREFIX}{request.request_id}")  # fmt: skip
+                     frame_id)  # fmt: skip
+
+
+def split_request_frame(frame_id: str) -> tuple[str, int]:
+    """(the id part a chunk echoes, the retry count) of a request's frame id; a retry count
+    that is not a non-negative integer counts as 0."""
+    head, _, retry = frame_id.partition(RETRY_PREFIX)
+    return head, int(retry) if retry.isdigit() else 0
 
 
 def parse_request_id(frame_id: str) -> int | None:

@@ -90,7 +90,8 @@ def private_node(name: str, domain_id: int):
     from rclpy.context import Context
 
     context = Context()
-    rclpy.init(context=context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+    no_handlers = SignalHandlerOptions.NO
+    rclpy.init(args=[], context=context, domain_id=domain_id, signal_handler_options=no_handlers)
     node = RuntimeNode(name, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)

@@ -212,6 +212,23 @@ def is_success(setup: EpisodeSetup, state: SceneSnapshot) -> bool:
     raise ValueError(setup.task)
 
 
+def task_progress(setup: EpisodeSetup, state: SceneSnapshot) -> dict[str, float]:
+    """How far one snapshot is from success, in the quantities the detector thresholds: where a
+    failed episode got stuck (never reached the cube, reached but did not lift, ...)."""
+    cube = state.cubes[setup.target]
+    progress = {"tcp_to_target_m": float(np.linalg.norm(state.tcp - cube))}
+    if setup.task == "pick":
+        progress["lift_m"] = float(cube[2] - HALF)
+    elif setup.task == "push":
+        excess = np.abs(np.asarray(cube[:2]) - np.array(ZONE_CENTRE)) - ZONE_HALF
+        progress["target_to_zone_m"] = float(np.linalg.norm(np.maximum(excess, 0.0)))
+    return progress
+
+
+# Per progress quantity: whether larger is better (the episode's best value is kept).
+PROGRESS_BETTER_HIGH = {"tcp_to_target_m": False, "lift_m": True, "target_to_zone_m": False}
+
+
 # ------------------------------------------------------------------------------ simulator
 
 

@@ -53,7 +53,7 @@ class Recorder:
         self._own_context = context is None
         if context is None:
             context = Context()
-            rclpy.init(context=context, domain_id=domain_id)
+            rclpy.init(args=[], context=context, domain_id=domain_id)
         self.context = context
         overrides = [Parameter("use_sim_time", value=True)] if use_sim_time else []
         self.node = RuntimeNode(name, context=context, parameter_overrides=overrides)

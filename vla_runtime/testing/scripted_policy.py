@@ -28,7 +28,7 @@ class SwayPolicy:
         return self.home + np.multiply.outer(np.sin(self.omega * t), self.amplitude)
 
     def infer(self, observation: Observation, compute_mode: ComputeMode = ComputeMode(),
-              plan=None) -> ActionChunk:  # fmt: skip
+              plan=None, noise_scale=None) -> ActionChunk:  # fmt: skip
         spec = self.spec
         state = np.asarray(observation.state, dtype=float)
         offsets = spec.dt * (np.arange(spec.chunk_len) + 1)

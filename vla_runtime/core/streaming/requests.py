@@ -14,6 +14,7 @@ class RequestTracker:
         self.sent = 0
         self.timed_out = 0
         self.refused = 0
+        self.refused_in_a_row = 0  # answers refused since the last one that arrived
         self._next_id = 1
         self._pending: tuple[int, float] | None = None  # (request id, sent at)
 
@@ -54,6 +55,7 @@ class RequestTracker:
         if request_id is not None and request_id != pending_id:
             return self.delay.answered(request_id, step)  # late answer: no-op
         self._pending = None
+        self.refused_in_a_row = 0
         return self.delay.answered(pending_id, step)
 
     def refuse(self, request_id: int) -> bool:
@@ -63,4 +65,5 @@ class RequestTracker:
         self._pending = None
         self.delay.forget(request_id)
         self.refused += 1
+        self.refused_in_a_row += 1
         return True

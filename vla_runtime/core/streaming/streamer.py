@@ -56,6 +56,7 @@ class Request:
     stamp: float
     times_from_start: np.ndarray
     positions: np.ndarray
+    retry: int = 0  # answers refused in a row before it: the engine should sample afresh
 
 
 @dataclass
@@ -353,7 +354,7 @@ class ActionStreamer:
             # Plan time relative to the plan time at `now` (= now - stamp while s is 1).
             left = plan.is_action & (plan.times > self.last_plan_time)
             times, positions = plan.times[left] - self.clock.at(now), plan.positions[left]
-        return Request(request_id, now, times, positions)
+        return Request(request_id, now, times, positions, self.requests.refused_in_a_row)
 
     @property
     def pending_request(self) -> int | None:

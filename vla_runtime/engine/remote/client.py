@@ -80,6 +80,7 @@ class RemoteClient:
         observation: Observation,
         compute_mode: ComputeMode = FULL_COMPUTE,
         plan: np.ndarray | None = None,
+        noise_scale: float | None = None,  # the server samples with its own noise
     ) -> ActionChunk:
         with self._lock:
             if not self._session_open:
