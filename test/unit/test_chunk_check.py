@@ -92,10 +92,28 @@ def test_acceleration_scales_with_the_square_root():
     t = DT * np.arange(4)
     arm = np.tile(HOME, (4, 1))
     arm[:, 6] += 0.5 * 20.0 * t**2
-    v = check(chunk(arm))
+    v = check(chunk(arm, stamp=NOW))
     assert v.numbers["acceleration_ratio"] == pytest.approx(2.0)
     assert v.numbers["jerk_ratio"] == pytest.approx(0.0, abs=1e-9)
     assert v.decision == CLIP and v.numbers["time_scale"] == pytest.approx(math.sqrt(2.0))
+    # stretched from its first action, which keeps its time
+    np.testing.assert_allclose(v.times, math.sqrt(2.0) * t)
+
+
+def test_only_the_actions_still_to_run_are_timed():
+    # A jump between the first action, already past, and the second: it never runs, so it
+    # slows nothing down; slowing the rest leaves the past action out.
+    arm = ramp(0, 0.5, n=6)
+    arm[0, 0] -= 0.2  # 2.5 rad/s, then 0.5: 20 rad/s^2
+    passed = check(chunk(arm))  # action 0 is 0.05 s old
+    assert passed.decision == ACCEPT and passed.numbers["acceleration_ratio"] < 1.0
+    runs = check(chunk(arm, stamp=NOW), state=arm[0], state_stamp=NOW)  # when it runs
+    assert runs.numbers["acceleration_ratio"] > 1.0
+    fast = ramp(0, 1.0, n=6)  # a TCP speed above the limit
+    fast[0, 0] = fast[1, 0] - 0.05
+    slowed = check(chunk(fast), state=fast[1], state_stamp=NOW)
+    assert slowed.decision == CLIP and len(slowed.times) == 5
+    assert slowed.times[0] == pytest.approx(DT) and slowed.positions[0][0] == fast[1, 0]
 
 
 def test_jerk_scales_with_the_cube_root():
@@ -274,7 +292,9 @@ def test_a_chunk_the_arm_is_behind_starts_late_instead_of_joining_mid_way():
     assert late.decision == "clip" and "re-timed" in late.reasons[0]
     # the latest passed action within reach (0.05 + 2.62 * 0.024 rad) starts 0.02 s from now
     k = int(late.reasons[0].split("action ")[1].split()[0])
-    assert k == 1 and late.stamp + late.times[0] == pytest.approx(now + 0.02 - times[1] + times[0])
+    # (then slowed down from there for its TCP speed: the actions before it are left out)
+    assert k == 1 and late.stamp + late.times[0] == pytest.approx(now + 0.02)
+    assert late.positions[0] == pytest.approx(rows[1]) and "slowed down" in late.reasons[1]
     assert late.numbers["retimed_s"] == pytest.approx(now + 0.02 - (STAMP + times[1]))
     # an arm that is nowhere on the chunk's path is still a veto
     away = HOME + [0.0, 0.3, 0, 0, 0, 0, 0]

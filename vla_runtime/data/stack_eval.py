@@ -52,7 +52,7 @@ STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of 
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
 STATS_WAIT_S = 5.0  # wall s for the streamer's end-of-episode figures
 VERDICTS = ("accept", "clip", "veto", "stale")
-MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed, with the numbers
+MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed or changed, in full
 VETO_NUMBERS = ("observation_age_s", "state_age_s", "start_jump_rad", "retimed_s", "stamp")
 
 
@@ -87,6 +87,7 @@ class EpisodeRecord:
     driver_events: dict = field(default_factory=dict)
     driver_faults: list = field(default_factory=list)  # the first distinct reasons
     vetoes: list = field(default_factory=list)  # the first few, with the checker's numbers
+    clips: list = field(default_factory=list)  # the first few reasons of changed chunks
     best_progress: dict = field(default_factory=dict)  # the closest to success it came
 
 
@@ -402,8 +403,12 @@ def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: flo
                 numbers = {k: v for k, v in event.items() if k in VETO_NUMBERS}
                 record.vetoes.append({"reason": reasons[-1] if reasons else "", **numbers})
         elif verdict == "clip":
-            for kind in map(reason_kind, reasons):
+            for reason in reasons:
+                kind = reason_kind(reason)
                 record.clips_by_reason[kind] = record.clips_by_reason.get(kind, 0) + 1
+                worth_reading = not reason.startswith("gripper clamped")
+                if worth_reading and len(record.clips) < MAX_VETO_DETAILS:
+                    record.clips.append(reason)
         if "retimed_s" in event:
             record.retimed += 1
             record.retime_shifts_s.append(float(event["retimed_s"]))

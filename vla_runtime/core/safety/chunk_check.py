@@ -210,8 +210,9 @@ class ChunkChecker:
             times, positions, arm = times[:keep], positions[:keep], arm[:keep]
             frames = frames[:keep]
 
-        # Derivatives by finite differences, and TCP speed: slow the chunk down if needed.
-        scale, ratios = self._time_scale(times, arm, frames[:, -1])
+        # Derivatives by finite differences, and TCP speed, of the actions still to run (those
+        # already past never run: a kink there must not slow the rest down); slow down if needed.
+        scale, ratios = self._time_scale(times[first:], arm[first:], frames[first:, -1])
         numbers.update(ratios)
         if scale > cfg.max_time_scale:
             worst = _worst(ratios)
@@ -221,7 +222,10 @@ class ChunkChecker:
                 {**numbers, "time_scale": scale},
             )
         if scale > 1.0:
-            times = times[0] + (times - times[0]) * scale
+            # Stretched from the first action to run, whose time the continuity check found
+            # reachable; the actions already past are left out.
+            times = times[first] + (times[first:] - times[first]) * scale
+            positions = positions[first:]
             numbers["time_scale"] = scale
             reasons.append(f"slowed down {scale:.3f}x: " + _worst(ratios))
 
