@@ -5,6 +5,7 @@ follow the commands) and, optionally, UR's speed scaling broadcaster."""
 from __future__ import annotations
 
 import bisect
+import json
 import signal
 import time
 
@@ -282,3 +283,46 @@ def test_speed_scaling_runs_the_plan_at_half_speed(rclpy_context, tmp_path):
     assert max(errors) < 1e-3, max(errors)
     full_speed = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]
     assert max(full_speed) > 0.05, max(full_speed)
+
+
+class VetoingStack(FakeStack):
+    """Like the safety node, refuses the answers to the first `vetoes` requests with a veto
+    event naming the request (the chunk never reaches the streamer), then answers."""
+
+    def __init__(self, context, vetoes: int):
+        from std_msgs.msg import String
+
+        super().__init__(context, delay_s=0.05)
+        self.vetoes = vetoes
+        self.events = self.node.create_publisher(String, topics.SAFETY_EVENTS, 10)
+
+    def _answer(self, request):
+        from std_msgs.msg import String
+
+        if self.vetoes > 0:
+            if self.events.get_subscription_count() == 0:  # the streamer would not hear it
+                self.due.append((time.monotonic() + 0.05, request))
+                return
+            self.vetoes -= 1
+            event = {"event": "chunk", "verdict": "veto", "request": request.header.frame_id}
+            self.events.publish(String(data=json.dumps(event)))
+            return
+        super()._answer(request)
+
+
+def test_a_request_after_vetoed_answers_asks_for_a_fresh_sample(rclpy_context, tmp_path):
+    stack = VetoingStack(rclpy_context, vetoes=2)
+    proc = start_streamer(tmp_path, "streamer_veto", control_rate_hz=RATE_HZ, warmup_requests=1)
+    try:
+        assert stack.spin_for(WAIT_S, until=lambda: stack.t0 is not None), "no request answered"
+        assert stack.spin_for(WAIT_S, until=lambda: len(stack.requests) >= 4)
+    finally:
+        code, log = stop(proc)
+        stack.close()
+    assert code == 0, log
+    frames = [r.header.frame_id for r in stack.requests]
+    retried = next(k for k, f in enumerate(frames) if f.endswith(" retry:1"))
+    assert frames[retried + 1].endswith(" retry:2"), frames  # refused twice in a row
+    assert "retry" not in frames[retried + 2], frames  # the answer to that one came through
+    ids = [int(f.removeprefix("req:").split()[0]) for f in frames]
+    assert np.all(np.diff(ids) > 0), ids

@@ -97,6 +97,7 @@ def test_request_ids_round_trip_through_the_frame_id():
     assert retry.header.frame_id == "req:13 retry:2"
     assert split_request_frame(retry.header.frame_id) == ("req:13", 2)
     assert split_request_frame("req:13 retry:-1") == ("req:13", 0)
+    assert parse_request_id(retry.header.frame_id) == 13  # an engine that echoes it whole
 
 
 def test_joint_state_values_in_the_asked_order():

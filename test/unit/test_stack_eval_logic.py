@@ -14,7 +14,7 @@ from vla_runtime.data.stack_eval import EpisodeRecord, failure_reason, reason_ki
 def test_reasons_are_counted_without_their_numbers_and_joints():
     assert reason_kind("discontinuous start: fr3_joint2 0.154 rad from the measured state, "
                        "allowed 0.055") == "discontinuous start"  # fmt: skip
-    assert reason_kind("needs 3.20x slower (> 3.0): velocity_ratio") == "needs"
+    assert reason_kind("too fast: needs 3.20x slower (> 3.0): velocity_ratio") == "too fast"
     assert reason_kind("joint limit fr3_joint4 at point 3") == "joint limit"
     assert reason_kind("table clearance at point 4") == "table clearance"
     assert reason_kind("consequence: collision with the table") == "consequence"

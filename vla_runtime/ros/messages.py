@@ -199,10 +199,11 @@ def split_request_frame(frame_id: str) -> tuple[str, int]:
 
 
 def parse_request_id(frame_id: str) -> int | None:
-    """The request id a "req:<id>" frame id names, else None."""
-    if frame_id.startswith(REQUEST_PREFIX):
+    """The request id a "req:<id>" frame id names (with or without a retry count), else None."""
+    head, _ = split_request_frame(frame_id)
+    if head.startswith(REQUEST_PREFIX):
         try:
-            return int(frame_id[len(REQUEST_PREFIX) :])
+            return int(head[len(REQUEST_PREFIX) :])
         except ValueError:
             return None
     return None

@@ -218,7 +218,10 @@ class ChunkChecker:
             worst = _worst(ratios)
             return Verdict(
                 VETO,
-                (*reasons, f"needs {scale:.2f}x slower (> {cfg.max_time_scale}): {worst}"),
+                (
+                    *reasons,
+                    f"too fast: needs {scale:.2f}x slower (> {cfg.max_time_scale}): {worst}",
+                ),
                 {**numbers, "time_scale": scale},
             )
         if scale > 1.0:
