@@ -206,6 +206,11 @@ def test_a_float_parameter_takes_an_integer_and_refuses_a_string(ros):
         StreamerNode(parameter_overrides=[Parameter("blend_window_s", value="fast")])
 
 
+def test_an_out_of_range_retry_noise_is_refused_with_its_name(ros):
+    with pytest.raises(ValueError, match=r"retry_noise_scale must be in \[0, 1\], got 1.5"):
+        EngineNode(parameter_overrides=[Parameter("retry_noise_scale", value=1.5)])
+
+
 def test_core_configs_are_built_from_the_parameters(ros):
     node = SafetyNode()
     try:

@@ -111,6 +111,8 @@ class EngineNode(RuntimeNode):
         for name in ("max_image_age_s", "max_state_age_s", "remote_timeout_s"):
             if not getattr(params, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        if not 0.0 <= params.retry_noise_scale <= 1.0:
+            raise ValueError(f"retry_noise_scale must be in [0, 1], got {params.retry_noise_scale}")
         gripper = params.gripper_joints, params.gripper_state, params.gripper_name
         self.mapping = StateMapping.for_robot(params.robot, params.arm_joints, *gripper)
         mode = ComputeMode.parse(params.compute_mode)
