@@ -86,7 +86,7 @@ class EngineParams:
     max_state_age_s: float = param("s: an older joint state is stale, no inference", 0.1)
     run_mode: str = param(f"one of {RUN_MODES}", "on_request")
     instruction: str = param("instruction until one arrives on /vla/instruction", "")
-    plan_guidance: bool = param("real-time chunking guidance from the requested plan", True)
+    plan_guidance: bool = param("real-time chunking guidance from the requested plan", False)
     # Extra delay before each chunk is published (latency sweeps; core/injected_delay.py).
     inference_delay: str = param("seconds, or lognormal:MEDIAN:SPIKE_P:SPIKE_MIN:SPIKE_MAX", "")
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
