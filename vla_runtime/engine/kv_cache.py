@@ -112,8 +112,7 @@ class CachedPolicy(ABC):
         self.candidates = candidates
         self.warm_steps = warm_steps
         self.warm_start_tau = warm_start_tau
-        if not 0.0 <= noise_scale <= 1.0:
-            raise PolicyError(f"noise_scale must be in [0, 1], got {noise_scale}")
+        _check_noise_scale(noise_scale)
         # < 1 narrows the flow's starting noise (0: deterministic chunks from the mean start),
         # trading sample diversity for repeatable, lower-variance actions.
         self.noise_scale = noise_scale
@@ -190,9 +189,7 @@ class CachedPolicy(ABC):
     def _sample(self, observation, compute_mode, plan, count, noise_scale=None):
         if not isinstance(count, int) or count < 1:
             raise PolicyError(f"number of candidates must be a positive integer, got {count!r}")
-        noise_scale = self.noise_scale if noise_scale is None else noise_scale
-        if not 0.0 <= noise_scale <= 1.0:
-            raise PolicyError(f"noise_scale must be in [0, 1], got {noise_scale}")
+        noise_scale = self.noise_scale if noise_scale is None else _check_noise_scale(noise_scale)
         mode = self._check_mode(compute_mode)
         images, state, text_ids = self._check_observation(observation)
         plan_norm = self._check_plan(plan)
@@ -447,3 +444,9 @@ def _plan_mismatch(chunk: np.ndarray, plan: np.ndarray) -> dict[str, float]:
     if d < chunk.shape[0]:
         info["rtc_boundary_jump"] = float(np.abs(chunk[d] - plan[d - 1]).max())
     return info
+
+
+def _check_noise_scale(noise_scale: float) -> float:
+    if not 0.0 <= noise_scale <= 1.0:
+        raise PolicyError(f"noise_scale must be in [0, 1], got {noise_scale}")
+    return noise_scale
