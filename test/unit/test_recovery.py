@@ -7,7 +7,7 @@ import numpy as np
 
 from vla_runtime.data.experts import ArmKinematics, hand_rotation
 from vla_runtime.data.recovery import SimCheckpoint, expert_branch
-from vla_runtime.sim.env import InProcessEnv
+from vla_runtime.sim.env import CommandRefused, InProcessEnv
 from vla_runtime.sim.tasks import SceneReader, TaskSimulator, scene_colours
 
 
@@ -53,5 +53,32 @@ def test_expert_branch_takes_over_from_a_drifted_state():
             start_tcp[:2] - cube[:2]
         )
         assert branch.extra["recovery_branch"]
+    finally:
+        env.close()
+
+
+def test_a_refused_expert_command_ends_the_branch_before_it():
+    """The arm refusing the expert (a reflex) cuts the branch there: the steps before it are
+    kept, the refused one is not recorded, and the collection goes on."""
+    env = InProcessEnv("reach", image_size=32)
+    try:
+        frame = env.reset(seed=2)
+        reader = SceneReader(env.model, scene_colours())
+        step, calls = env.step, []
+
+        def refuse_the_fourth(q, width):
+            calls.append(q)
+            if len(calls) == 4:
+                raise CommandRefused("command refused: joint_velocity_violation (test)")
+            return step(q, width)
+
+        env.step = refuse_the_fourth
+        branch = expert_branch(env, frame, reader, steps=10)
+        assert branch.action.shape == (3, 8) and branch.state.shape[0] == 3
+        assert branch.images["scene"].shape[0] == 3 and len(branch.frame_success) == 3
+        np.testing.assert_allclose(branch.action[2, :7], calls[2])
+        calls.clear()
+        calls.extend([None] * 3)  # the very first command refused: nothing to keep
+        assert expert_branch(env, frame, reader, steps=10) is None
     finally:
         env.close()

@@ -136,6 +136,30 @@ def test_trajectory_may_drive_the_finger(sim):
     assert sim.gripper_width == pytest.approx(0.02, abs=1e-3)
 
 
+@pytest.mark.parametrize("robot", ["fr3", "ur5e"])
+@pytest.mark.parametrize("via", ["gripper command", "trajectory"])
+def test_fingers_move_no_faster_than_the_hand_can(robot, via):
+    """Commanded shut at once, the hand closes at its maximum speed (FR3: 0.1 m/s of width, so
+    0.8 s from open), as a real hand's own controller would, whichever interface asked."""
+    sim = Simulator(SceneConfig(robot=robot))
+    speed, start = sim.robot.gripper_max_speed, sim.gripper_width
+    if via == "gripper command":
+        assert sim.set_gripper(0.0) is None
+    else:
+        names = [*sim.arm_joint_names, sim.robot.gripper_joints[0]]
+        assert sim.set_trajectory(names, [[*sim.robot.home, 0.0]], [0.05]) is None
+    widths = []
+    for _ in range(round(1.5 * start / speed / 0.01)):
+        run_for(sim, 0.01)
+        widths.append(sim.gripper_width)
+    rates = -np.diff([start, *widths]) / 0.01
+    assert rates.max() <= speed * 1.05
+    assert rates.max() >= speed * 0.9  # and it does move at that speed
+    assert widths[-1] < 0.005  # closed in the end
+    half_way = next(k for k, w in enumerate(widths) if w < start / 2)
+    assert 0.01 * (half_way + 1) >= 0.5 * start / speed - 0.02
+
+
 def test_seeds_randomise_cubes_reproducibly(sim):
     sim.randomize(7)
     first = sim.cube_positions()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vla_runtime.sim.tasks import (
+    CUBE_SIZE,
     HALF,
     LIFT_HEIGHT,
     MIN_SPACING,
@@ -18,6 +19,7 @@ from vla_runtime.sim.tasks import (
     is_success,
     make_setup,
     slide_position,
+    task_milestones,
     task_progress,
 )
 
@@ -123,6 +125,20 @@ def test_task_simulator_starts_episodes_without_rewinding_time():
     assert moved == pytest.approx(np.linalg.norm(setup.slide_velocity) * 0.5, rel=0.05)
 
 
+def test_milestones_name_the_stages_reached():
+    pick = make_setup("pick", 3)
+    cube = pick.positions[pick.target]
+    assert task_milestones(pick, _snapshot(pick, cube + [0.05, 0, 0.04], cube)) == []
+    assert task_milestones(pick, _snapshot(pick, cube + [0, 0, 0.01], cube)) == ["at_cube"]
+    closed = _snapshot(pick, cube + [0, 0, 0.03], cube + [0, 0, 0.02], width=0.041)
+    assert task_milestones(pick, closed) == ["at_cube", "closed_on_cube", "lifted_1cm"]
+    push = make_setup("push", 3)
+    zone = np.array([*ZONE_CENTRE, HALF])
+    assert task_milestones(push, _snapshot(push, zone + [0.3, 0, 0.1], zone + [0.09, 0, 0])) == [
+        "near_zone"
+    ]
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_scripted_expert_solves_the_task(task):
     from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
@@ -132,13 +148,18 @@ def test_scripted_expert_solves_the_task(task):
     expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
     names = (*sim.robot.joints, sim.robot.gripper_joints[0])
     adr = sim.model.joint(sim.setup.target_body).qposadr[0]
+    lifted_at_width = None
     for _ in range(sim.setup.max_steps):
         if sim.success():
             break
         q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[adr + 3 : adr + 7])
         assert sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT]) is None
         sim.step(50)
+        if task == "pick" and sim.data.qpos[adr + 2] > HALF + 0.005 and lifted_at_width is None:
+            lifted_at_width = sim.gripper_width
     assert sim.success()
+    if task == "pick":  # lifted once the fingers had stopped on the cube, not while closing
+        assert lifted_at_width == pytest.approx(CUBE_SIZE, abs=0.002)
 
 
 def test_reach_expert_touches_with_margin_and_leaves_the_cube_in_place():

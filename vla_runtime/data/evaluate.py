@@ -50,6 +50,7 @@ from vla_runtime.sim.tasks import (
     SceneReader,
     is_success,
     scene_colours,
+    task_milestones,
 )
 from vla_runtime.stack.resolver import StackError, coerce_scalar
 from vla_runtime.stack.sim_harness import REPUBLISH_S, STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
@@ -68,6 +69,7 @@ class EpisodeResult:
     steps: int = 0  # control steps run
     engine_ms: list[float] = field(default_factory=list)  # engine `total_ms` per chunk
     modes: list[str] = field(default_factory=list)  # compute mode each chunk actually ran
+    milestones_s: dict = field(default_factory=dict)  # sim s from the start to each task stage
 
 
 def _percentile(values, q):
@@ -95,6 +97,7 @@ def summarise(task, results: list[EpisodeResult], settings: dict) -> dict:
             "count": len(latencies),
         },
         "chunks_per_episode": float(np.mean([r.chunks for r in results])) if n else None,
+        "milestones_s": stack_eval.summarise_milestones([r.milestones_s for r in results]),
         "failed_seeds": [r.seed for r in results if not r.success],
         **_engine_cost(results),
         **settings,
@@ -125,7 +128,10 @@ def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, fram
     for advance in periods:
         frame = advance()
         steps += 1
-        if is_success(setup, reader.snapshot(frame.qpos)):
+        snapshot = reader.snapshot(frame.qpos)
+        stack_eval.first_times(result.milestones_s, task_milestones(setup, snapshot),
+                               steps * CONTROL_DT)  # fmt: skip
+        if is_success(setup, snapshot):
             result.success, result.time_s = True, steps * CONTROL_DT
             break
         if steps >= setup.max_steps:

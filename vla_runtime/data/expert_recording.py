@@ -53,6 +53,12 @@ class ExpertRecorder:
         self.flags.append(flag)
         return self.env.step(q, width), flag
 
+    def forget_last(self) -> None:
+        """Drop the last recorded step (its action was refused)."""
+        for column in (*self.images.values(), self.states, self.env_states, self.actions):
+            column.pop()
+        self.flags.pop()
+
     def episode(self, success: bool, extra: dict) -> Episode:
         return Episode(
             images={c: np.stack(v) for c, v in self.images.items()},

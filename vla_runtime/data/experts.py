@@ -34,6 +34,8 @@ TRANSIT_SPEED = 0.2  # m/s of the TCP setpoint (below the FR3 collaborative 0.25
 FINE_SPEED = 0.08  # m/s for descents and pushing
 YAW_RATE = 1.5  # rad/s
 ARRIVED = 0.006  # m: a waypoint counts as reached
+HAND_AT = 0.003  # m of width: the fingers are at their command
+HAND_STILL = 0.0003  # m of width per control step: the fingers have stopped (on an object)
 # reach: the TCP ends 1.2 cm above the cube centre, the open fingers around the cube's upper
 # half (they clear it at any yaw). The touch detector's radius (3.2 cm) is crossed on the way
 # down, so a policy that stops a little high or off-centre still touches; an expert stopping
@@ -113,7 +115,11 @@ class Waypoint:
     yaw: float
     speed: float
     gripper: float
-    dwell: int = 0  # control steps to stay once reached (e.g. while the gripper closes)
+    dwell: int = 0  # control steps to stay once reached (e.g. to build the grip)
+    # The arm waits for the hand: it moves toward this point, and counts it as reached, only once
+    # the fingers have reached `gripper` or stopped on an object (a real hand needs 0.4 s to
+    # close on a cube; pushing or lifting with half-open fingers fails).
+    hand_first: bool = False
 
 
 class ScriptedExpert:
@@ -129,6 +135,8 @@ class ScriptedExpert:
         self.yaw_cmd = 0.0
         self._previous_cube: np.ndarray | None = None
         self._frozen: list[Waypoint] | None = None
+        self._width: float | None = None  # the gripper width one step ago
+        self._still_steps = 0  # steps the fingers have not moved
 
     # -- per-task waypoints ----------------------------------------------------------------
     def plan(self, state: SceneSnapshot, cube_quat) -> list[Waypoint]:
@@ -152,7 +160,7 @@ class ScriptedExpert:
             plan = [
                 Waypoint(cube + [0.0, 0.0, 0.1], yaw, TRANSIT_SPEED, OPEN),
                 Waypoint(grasp, yaw, FINE_SPEED, OPEN),
-                Waypoint(grasp, yaw, FINE_SPEED, CLOSED, dwell=12),
+                Waypoint(grasp, yaw, FINE_SPEED, CLOSED, dwell=4, hand_first=True),
                 Waypoint(np.array([cube[0], cube[1], 0.16]), yaw, FINE_SPEED, CLOSED),
             ]
             if self.phase >= 2:
@@ -172,7 +180,7 @@ class ScriptedExpert:
             return [
                 Waypoint(np.array([*behind, 0.1]), yaw, TRANSIT_SPEED, CLOSED),
                 Waypoint(np.array([*behind, low]), yaw, FINE_SPEED, CLOSED),
-                Waypoint(np.array([*press, low]), yaw, 0.06, CLOSED, dwell=10**6),
+                Waypoint(np.array([*press, low]), yaw, 0.06, CLOSED, dwell=10**6, hand_first=True),
                 Waypoint(np.array([*self.pos_cmd[:2], 0.12]), self.yaw_cmd, FINE_SPEED, CLOSED),
             ]
         raise ValueError(task)
@@ -208,9 +216,15 @@ class ScriptedExpert:
             return 1 if across < RESUME_LATERAL / 2 and tcp[2] < plan[0].position[2] + 0.01 else 0
         return 0
 
-    def _advance(self, plan: list[Waypoint]) -> Waypoint:
+    def _hand_ready(self, point: Waypoint, width: float) -> bool:
+        if not point.hand_first:
+            return True
+        return abs(width - point.gripper) < HAND_AT or self._still_steps >= 2
+
+    def _advance(self, plan: list[Waypoint], width: float) -> Waypoint:
         point = plan[self.phase]
-        if np.linalg.norm(point.position - self.pos_cmd) < ARRIVED:
+        arrived = np.linalg.norm(point.position - self.pos_cmd) < ARRIVED
+        if arrived and self._hand_ready(point, width):
             if self.wait < point.dwell:
                 self.wait += 1
             elif self.phase < len(plan) - 1:
@@ -226,9 +240,15 @@ class ScriptedExpert:
             self.pos_cmd, rotation = self.kin.tcp_pose(self.q_cmd)
             self.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
             self.phase = self.resume_phase(state, cube_quat)
-        point = self._advance(self.plan(state, cube_quat))
+        width = float(state.gripper_width)
+        moved = abs(width - self._width) if self._width is not None else 1.0
+        self._still_steps = self._still_steps + 1 if moved < HAND_STILL else 0
+        self._width = width
+        point = self._advance(self.plan(state, cube_quat), width)
         self._previous_cube = state.cubes[self.setup.target].copy()
         step = point.position - self.pos_cmd
+        if not self._hand_ready(point, width):
+            step = np.zeros(3)  # the hand first
         limit = point.speed * CONTROL_DT
         norm = float(np.linalg.norm(step))
         self.pos_cmd = self.pos_cmd + (step if norm <= limit else step * (limit / norm))

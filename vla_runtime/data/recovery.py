@@ -28,7 +28,7 @@ from vla_runtime.data.expert_recording import (
 from vla_runtime.data.lerobot.writer import Episode
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
-from vla_runtime.sim.env import InProcessEnv, clip_to_limits
+from vla_runtime.sim.env import CommandRefused, InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import SceneReader, is_success, scene_colours
 
 _SHARED = ("model", "data", "xml", "reader", "robot", "config")  # never change during an episode
@@ -48,11 +48,19 @@ class SimCheckpoint:
             setattr(sim, key, copy.deepcopy(value))
 
 
-def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> Episode:
-    """A fresh expert from the current state for `steps` control steps, recorded."""
+def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> Episode | None:
+    """A fresh expert from the current state for `steps` control steps, recorded. A command the
+    arm refuses (a fresh expert snapping a tilted wrist upright can exceed a velocity limit)
+    ends the branch before it; None when nothing before it was recorded."""
     recorder = ExpertRecorder(env, reader)
     for _ in range(steps):
-        frame, _solved = recorder.step(frame)
+        try:
+            frame, _solved = recorder.step(frame)
+        except CommandRefused:
+            recorder.forget_last()
+            break
+    if not recorder.actions:
+        return None
     extra = {"task": env.setup.task, "recovery_branch": True}
     return recorder.episode(bool(any(recorder.flags)), extra)
 
@@ -70,7 +78,8 @@ def collect_recovery(
     writer = task_dataset_writer(out, size)
     env = InProcessEnv(task, size)
     reader = SceneReader(env.model, scene_colours())
-    branches = branch_successes = policy_successes = done = 0
+    branches = branch_successes = policy_successes = done = cut_branches = 0
+    refused_rollouts = 0
     interrupted = False
     started = time.perf_counter()
     try:
@@ -83,9 +92,12 @@ def collect_recovery(
                     saved = SimCheckpoint(env.sim)
                     branch = expert_branch(env, frame, reader, branch_steps)
                     with sigint_deferred() as deferred:  # a finished branch is kept and counted
-                        writer.add_episode(branch)
-                        branches += 1
-                        branch_successes += branch.success
+                        if branch is None or len(branch.action) < branch_steps:
+                            cut_branches += 1
+                        if branch is not None:
+                            writer.add_episode(branch)
+                            branches += 1
+                            branch_successes += branch.success
                     if deferred.hit:
                         raise KeyboardInterrupt
                     saved.restore(env.sim)
@@ -93,7 +105,11 @@ def collect_recovery(
                 chunk = policy.infer(obs).actions[:execute]
                 rows = chunk_to_positions(chunk, frame.state, policy.spec)
                 for a in clip_to_limits(rows, env.sim.robot):
-                    frame = env.step(a[:7], float(a[7]))
+                    try:
+                        frame = env.step(a[:7], float(a[7]))
+                    except CommandRefused:  # the arm's reflex ends this rollout
+                        steps, refused_rollouts = setup.max_steps, refused_rollouts + 1
+                        break
                     steps += 1
                     if is_success(setup, reader.snapshot(frame.qpos)):
                         succeeded = True
@@ -106,6 +122,7 @@ def collect_recovery(
         env.close()
     return {
         "task": task, "episodes": done, "interrupted": interrupted, "branches": branches,
+        "branches_cut_by_a_refusal": cut_branches, "rollouts_ended_by_a_refusal": refused_rollouts,
         "branch_success_rate": branch_successes / max(branches, 1),
         "policy_success_rate": policy_successes / max(done, 1),
         "seconds": round(time.perf_counter() - started, 1), "out": str(out),

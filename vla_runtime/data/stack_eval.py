@@ -42,6 +42,7 @@ from vla_runtime.sim.tasks import (
     is_success,
     make_setup,
     scene_colours,
+    task_milestones,
     task_progress,
 )
 from vla_runtime.stack.isolation import claim_domain
@@ -89,6 +90,7 @@ class EpisodeRecord:
     vetoes: list = field(default_factory=list)  # the first few, with the checker's numbers
     clips: list = field(default_factory=list)  # the first few reasons of changed chunks
     best_progress: dict = field(default_factory=dict)  # the closest to success it came
+    milestones_s: dict = field(default_factory=dict)  # sim s from the start to each stage
 
 
 def _percentiles(values) -> dict:
@@ -155,9 +157,28 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
             for r in records
             if r.outcome in ("stalled", "stack_died")
         ],
+        "milestones_s": summarise_milestones([r.milestones_s for r in records]),
         "failed_seeds": [r.seed for r in records if not r.success],
         **settings,
     }
+
+
+def summarise_milestones(per_episode: list[dict]) -> dict:
+    """Per task stage: the share of episodes that reached it and the median time it took."""
+    names = dict.fromkeys(name for m in per_episode for name in m)
+    return {
+        name: {
+            "reached": sum(name in m for m in per_episode) / len(per_episode),
+            "p50_s": float(np.median([m[name] for m in per_episode if name in m])),
+        }
+        for name in names
+    }
+
+
+def first_times(milestones: dict, reached: list[str], t: float) -> None:
+    """Keep the first time `t` each stage in `reached` was seen."""
+    for name in reached:
+        milestones.setdefault(name, round(t, 3))
 
 
 def _median(values):
@@ -339,6 +360,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
     end = t0 + setup.max_steps * CONTROL_DT
     outcome = {"success_at": None, "t": t0, "progress_wall": time.monotonic()}
     best: dict[str, float] = {}
+    milestones: dict[str, float] = {}
 
     def done() -> bool:
         scene = harness.scene
@@ -347,6 +369,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
             if scene[0] >= t0:
                 snapshot = reader.snapshot(scene[1])
                 _keep_best(best, task_progress(setup, snapshot))
+                first_times(milestones, task_milestones(setup, snapshot), scene[0] - t0)
                 if is_success(setup, snapshot):
                     outcome["success_at"] = scene[0]
                     return True
@@ -375,6 +398,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
         sim_s=t_end - t0,
         wall_s=time.monotonic() - wall0,
         best_progress={k: round(v, 4) for k, v in best.items()},
+        milestones_s=milestones,
     )
     _collect(harness, record, t0, t_end)
     return record

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
+from vla_runtime.core.gripper import max_finger_speed
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Box, Workcell
 from vla_runtime.sim.workcell import (
@@ -120,7 +121,10 @@ class ConsequenceChecker:
         step_times = cfg.timestep * np.arange(1, n_steps + 1)
         arm_ctrl = np.column_stack([np.interp(step_times, times, col) for col in path.T])
         if gripper_openings is not None:
-            gripper_ctrl = np.interp(step_times, times, openings) * self._ctrl_per_opening
+            finger_step = max_finger_speed(self.robot) * cfg.timestep  # as the hand moves them
+            gripper_ctrl = self._ctrl_per_opening * rate_limited(
+                np.interp(step_times, times, openings), openings[0], finger_step
+            )
         for step in range(n_steps):
             d.ctrl[self._arm_actuators] = arm_ctrl[step]
             if gripper_openings is not None:
@@ -208,3 +212,13 @@ def _has_ancestor(model: mujoco.MjModel, body: int, ancestor: int) -> bool:
             return True
         body = model.body_parentid[body]
     return ancestor == 0
+
+
+def rate_limited(values: np.ndarray, start: float, max_step: float) -> np.ndarray:
+    """`values` followed from `start` moving at most `max_step` per sample."""
+    out = np.empty_like(values)
+    current = float(start)
+    for k, value in enumerate(values):
+        current += min(max_step, max(-max_step, float(value) - current))
+        out[k] = current
+    return out

@@ -21,6 +21,10 @@ CAMERAS = ("scene", "wrist")
 PHYSICS_STEPS = round(CONTROL_DT / 0.001)
 
 
+class CommandRefused(RuntimeError):
+    """The simulated arm refused a command (a reflex: too fast, out of range, ...)."""
+
+
 def clip_to_limits(rows: np.ndarray, robot, gripper_max: float | None = None) -> np.ndarray:
     """Joint-limit clip of chunk rows (7 arm joints + gripper column), what the safety node's
     clip verdict does; the harness applies it on every path so one stray action beyond a limit
@@ -72,7 +76,7 @@ class InProcessEnv:
         row = [*q, opening_from_width(width)]
         reason = self.sim.set_trajectory(self._names, [row], [CONTROL_DT])
         if reason is not None:
-            raise RuntimeError(f"expert command rejected: {reason}")
+            raise CommandRefused(f"command refused: {reason}")
         self.sim.step(PHYSICS_STEPS)
         return self._frame()
 

@@ -11,6 +11,10 @@ accelerate too hard, or a forward position step implying too high a velocity, tr
 (libfranka's `joint_velocity_violation` / `joint_acceleration_violation` on Franka arms, a
 `protective_stop` on UR arms). The reflex is latched in `fault`: the arm holds its setpoint and
 every arm or gripper command is refused, naming the fault, until `recover()` (or a reset).
+
+The fingers move toward their commanded opening no faster than the gripper's maximum speed
+(`gripper.max_speed`), as a real hand's own controller moves them whatever it is sent: a
+gripper that closes in a quarter of the real time teaches a policy a grasp no robot performs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 
 from vla_runtime.core.gripper import (
     command_refusal,
+    max_finger_speed,
     max_opening,
     opening_from_width,
     width_refusal,
@@ -70,6 +75,7 @@ class Simulator:
         self._arm_actuators = slice(0, self.robot.dof)
         self._gripper_actuator = model.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(model)
+        self._finger_step = max_finger_speed(self.robot) * self.dt  # opening per physics step
         self._cube_qpos = [model.joint(name).qposadr[0] for name in cube_names(config)]
         self._cube_qvel = [model.joint(name).dofadr[0] for name in cube_names(config)]
         self.max_width = self.robot.gripper_max_width
@@ -139,19 +145,21 @@ class Simulator:
         runs (like a 1 kHz controller manager)."""
         model, data = self.model, self.data
         sampler = self._sampler
-        if sampler is None:
+        if sampler is None and self._finger_opening == self._finger_goal:
             mujoco.mj_step(model, data, n)
             return
         ctrl = data.ctrl
         arm = self._arm_actuators
-        with_finger = self._sampler_has_finger
+        with_finger = sampler is not None and self._sampler_has_finger
         for _ in range(n):
-            p = sampler.position(data.time + self.dt)
-            ctrl[arm] = p[arm]
-            if with_finger:
-                ctrl[self._gripper_actuator] = p[-1] * self._ctrl_per_opening
+            if sampler is not None:
+                p = sampler.position(data.time + self.dt)
+                ctrl[arm] = p[arm]
+                if with_finger:
+                    self._finger_goal = float(p[-1])
+            self._ramp_finger()
             mujoco.mj_step(model, data)
-        if sampler.done(data.time):
+        if sampler is not None and sampler.done(data.time):
             self._freeze(*self._setpoint_now()[:1])
 
     # -- commands ----------------------------------------------------------------------------
@@ -271,8 +279,7 @@ class Simulator:
             width = math.nan
         reason = width_refusal(width, self.max_width)
         if reason is None:
-            ctrl = opening_from_width(width) * self._ctrl_per_opening
-            self.data.ctrl[self._gripper_actuator] = ctrl
+            self._finger_goal = opening_from_width(width)
             if self._sampler_has_finger:  # a gripper command takes the fingers off the trajectory
                 self._sampler_has_finger = False
             return None
@@ -322,12 +329,21 @@ class Simulator:
         self.data.ctrl[self._arm_actuators] = home
         self._sampler: TrajectorySampler | None = None
         self._sampler_has_finger = False
+        self._finger_opening = self._finger_goal = float(
+            self.data.ctrl[self._gripper_actuator] / self._ctrl_per_opening
+        )  # the actuator's target now, and where the hand is moving it
         self._hold_positions = home
         self.fault: str | None = None  # the latched reflex, until recover() or a reset
         self._forward = ForwardStream(min_dt=self.dt)
         mujoco.mj_forward(self.model, self.data)
 
     # -- internals ---------------------------------------------------------------------------
+    def _ramp_finger(self) -> None:
+        """One physics step of the hand's own controller toward the commanded opening."""
+        step = self._finger_step
+        self._finger_opening += min(step, max(-step, self._finger_goal - self._finger_opening))
+        self.data.ctrl[self._gripper_actuator] = self._finger_opening * self._ctrl_per_opening
+
     def _trip(self, reason: str) -> str:
         """Latch the reflex `reason` and stop the arm where its setpoint is."""
         self.fault = reason
@@ -363,7 +379,7 @@ class Simulator:
 
     def _setpoint_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Arm setpoint (plus the finger setpoint as the last entry) and its derivatives now."""
-        finger = self.data.ctrl[self._gripper_actuator] / self._ctrl_per_opening
+        finger = self._finger_goal  # the hand's own controller moves the fingers toward it
         if self._sampler is not None:
             p, v, a = self._sampler.sample(self.time)
             if self._sampler_has_finger:
@@ -376,8 +392,7 @@ class Simulator:
         """Hold `positions` (arm, optionally + finger) as the setpoint; trajectory stops."""
         arm = np.array(positions[: self.robot.dof], dtype=float)
         if len(positions) > self.robot.dof:
-            finger = float(positions[self.robot.dof])
-            self.data.ctrl[self._gripper_actuator] = finger * self._ctrl_per_opening
+            self._finger_goal = float(positions[self.robot.dof])
         self._sampler = None
         self._sampler_has_finger = False
         self._hold_positions = arm

@@ -225,6 +225,23 @@ def task_progress(setup: EpisodeSetup, state: SceneSnapshot) -> dict[str, float]
     return progress
 
 
+def task_milestones(setup: EpisodeSetup, state: SceneSnapshot) -> list[str]:
+    """The task's intermediate stages this snapshot has reached (in task order): the first time
+    each is reached shows where an episode spent its time (slow approach, slow grasp, ...)."""
+    cube = state.cubes[setup.target]
+    near = float(np.linalg.norm(state.tcp - cube)) <= TOUCH_RADIUS
+    reached = ["at_cube"] if near else []
+    if setup.task == "pick":
+        if near and state.gripper_width < CUBE_SIZE + 0.004:
+            reached.append("closed_on_cube")
+        if cube[2] >= HALF + 0.01:
+            reached.append("lifted_1cm")
+    elif setup.task == "push":
+        if np.linalg.norm(np.asarray(cube[:2]) - np.array(ZONE_CENTRE)) <= 2 * ZONE_HALF:
+            reached.append("near_zone")
+    return reached
+
+
 # Per progress quantity: whether larger is better (the episode's best value is kept).
 PROGRESS_BETTER_HIGH = {"tcp_to_target_m": False, "lift_m": True, "target_to_zone_m": False}
 
