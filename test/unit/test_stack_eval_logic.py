@@ -8,7 +8,14 @@ import pytest
 
 from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.core.threads import default_threads, resolve_threads
-from vla_runtime.data.stack_eval import EpisodeRecord, failure_reason, reason_kind, summarise
+from vla_runtime.data.stack_eval import (
+    EpisodeRecord,
+    failure_reason,
+    first_times,
+    reason_kind,
+    summarise,
+    summarise_milestones,
+)
 
 
 def test_reasons_are_counted_without_their_numbers_and_joints():
@@ -56,6 +63,17 @@ def test_summary_rates_and_totals():
     assert s["engine_latency_ms"]["p50"] == pytest.approx(40.0)
     assert s["time_to_success_s"]["mean"] == 2.0 and s["failed_seeds"] == [2]
     assert failure_reason(s) is None
+    assert s["milestones_s"] == {}
+
+
+def test_milestones_keep_first_times_and_summarise_shares_and_medians():
+    first: dict = {}
+    first_times(first, ["at_cube"], 1.0)
+    first_times(first, ["at_cube", "closed_on_cube"], 1.5)
+    assert first == {"at_cube": 1.0, "closed_on_cube": 1.5}
+    summary = summarise_milestones([first, {"at_cube": 3.0}, {}])
+    assert summary["at_cube"] == {"reached": pytest.approx(2 / 3), "p50_s": 2.0}
+    assert summary["closed_on_cube"] == {"reached": pytest.approx(1 / 3), "p50_s": 1.5}
 
 
 def test_a_run_that_executed_nothing_is_a_failure_with_a_reason():
