@@ -37,6 +37,12 @@ def max_finger_speed(robot: RobotConfig) -> float:
     return opening_from_width(robot.gripper_max_speed)
 
 
+def finger_toward(current: float, goal: float, max_step: float) -> float:
+    """One control step of a hand's own controller: the finger opening moved from `current`
+    toward `goal` by at most `max_step`."""
+    return current + min(max_step, max(-max_step, goal - current))
+
+
 def width_refusal(width: float, max_width: float) -> str | None:
     """Why a commanded gripper width (m) cannot be executed, or None when it can."""
     if not math.isfinite(width):

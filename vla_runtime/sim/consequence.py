@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from vla_runtime.core.gripper import max_finger_speed
+from vla_runtime.core.gripper import finger_toward, max_finger_speed
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Box, Workcell
 from vla_runtime.sim.workcell import (
@@ -75,6 +75,7 @@ class ConsequenceChecker:
             self._arm_actuators = slice(first, first + len(robot.joints))  # a view: faster
         self._gripper = m.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(m)
+        self._finger_step = max_finger_speed(robot) * config.timestep  # as the hand moves them
         root = m.body(BOLTED_BODIES[0]).id
         self._robot_bodies = {b for b in range(m.nbody) if _has_ancestor(m, b, root)}
         self._bolted = {m.body(name).id for name in BOLTED_BODIES}
@@ -121,9 +122,8 @@ class ConsequenceChecker:
         step_times = cfg.timestep * np.arange(1, n_steps + 1)
         arm_ctrl = np.column_stack([np.interp(step_times, times, col) for col in path.T])
         if gripper_openings is not None:
-            finger_step = max_finger_speed(self.robot) * cfg.timestep  # as the hand moves them
             gripper_ctrl = self._ctrl_per_opening * rate_limited(
-                np.interp(step_times, times, openings), openings[0], finger_step
+                np.interp(step_times, times, openings), openings[0], self._finger_step
             )
         for step in range(n_steps):
             d.ctrl[self._arm_actuators] = arm_ctrl[step]
@@ -219,6 +219,5 @@ def rate_limited(values: np.ndarray, start: float, max_step: float) -> np.ndarra
     out = np.empty_like(values)
     current = float(start)
     for k, value in enumerate(values):
-        current += min(max_step, max(-max_step, float(value) - current))
-        out[k] = current
+        current = out[k] = finger_toward(current, float(value), max_step)
     return out

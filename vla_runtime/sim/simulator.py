@@ -26,6 +26,7 @@ import numpy as np
 
 from vla_runtime.core.gripper import (
     command_refusal,
+    finger_toward,
     max_finger_speed,
     max_opening,
     opening_from_width,
@@ -340,8 +341,9 @@ class Simulator:
     # -- internals ---------------------------------------------------------------------------
     def _ramp_finger(self) -> None:
         """One physics step of the hand's own controller toward the commanded opening."""
-        step = self._finger_step
-        self._finger_opening += min(step, max(-step, self._finger_goal - self._finger_opening))
+        self._finger_opening = finger_toward(
+            self._finger_opening, self._finger_goal, self._finger_step
+        )
         self.data.ctrl[self._gripper_actuator] = self._finger_opening * self._ctrl_per_opening
 
     def _trip(self, reason: str) -> str:
