@@ -11,17 +11,12 @@ import time
 import numpy as np
 import pytest
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.core.safety.chunk_check import Chunk
 from vla_runtime.engine.inference import ChunkInference, InferenceFailure
 from vla_runtime.engine.observation import Frame, Inputs, JointSample, ObservationAssembler
-from vla_runtime.engine.policy import (
-    ActionChunk,
-    CameraSpec,
-    ComputeMode,
-    PolicyError,
-    PolicySpec,
-)
+from vla_runtime.engine.policy import ActionChunk, CameraSpec, PolicyError, PolicySpec
 from vla_runtime.engine.state_mapping import StateMapping
 from vla_runtime.engine.stats import EngineStats
 from vla_runtime.engine.trigger import InferenceRequest, InferenceTrigger

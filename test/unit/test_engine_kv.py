@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.checkpoint import random_checkpoint, save_checkpoint
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.model import text_bias, tokenize
-from vla_runtime.engine.policy import ComputeMode, Observation, PolicyError
+from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.engine.torch_backend import TorchPolicy, reference_sample
 
 TOL = 1e-4

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.checkpoint import (
     Checkpoint,
     Normalization,
@@ -27,13 +28,7 @@ from vla_runtime.engine.model import (
     preset_config,
     tokenize,
 )
-from vla_runtime.engine.policy import (
-    ActionChunk,
-    ComputeMode,
-    Observation,
-    Policy,
-    PolicyError,
-)
+from vla_runtime.engine.policy import ActionChunk, Observation, Policy, PolicyError
 from vla_runtime.engine.torch_backend import TorchPolicy
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

@@ -9,10 +9,11 @@ import onnx
 import pytest
 import torch
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.model import text_bias, tokenize
 from vla_runtime.engine.onnx_backend import FILES, MANIFEST, OrtPolicy, export_onnx
-from vla_runtime.engine.policy import ComputeMode, Observation, Policy
+from vla_runtime.engine.policy import Observation, Policy
 from vla_runtime.engine.torch_backend import TorchPolicy
 
 TOL = 1e-3

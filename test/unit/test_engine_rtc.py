@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine import rtc
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.onnx_backend import OrtPolicy
-from vla_runtime.engine.policy import ComputeMode, Observation
+from vla_runtime.engine.policy import Observation
 from vla_runtime.engine.torch_backend import TorchPolicy
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

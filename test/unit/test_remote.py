@@ -14,13 +14,8 @@ import numpy as np
 import pytest
 import zmq
 
-from vla_runtime.engine.policy import (
-    ActionChunk,
-    ComputeMode,
-    Observation,
-    PolicyError,
-    PolicySpec,
-)
+from vla_runtime.core.compute_mode import ComputeMode
+from vla_runtime.engine.policy import ActionChunk, Observation, PolicyError, PolicySpec
 from vla_runtime.engine.remote import client as remote_client
 from vla_runtime.engine.remote import keys as remote_keys
 from vla_runtime.engine.remote import protocol, wire

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scheduler import (
     FROZEN,
@@ -22,7 +23,7 @@ from vla_runtime.core.scheduler import (
     SignalTracker,
     TierPolicy,
 )
-from vla_runtime.engine.policy import ComputeMode, Observation
+from vla_runtime.engine.policy import Observation
 from vla_runtime.engine.signals import chunk_divergence, token_similarity
 
 CONFIG = SchedulerConfig(

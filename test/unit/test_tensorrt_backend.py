@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine import tensorrt_backend as trtb
-from vla_runtime.engine.policy import ComputeMode, Observation, PolicyError
+from vla_runtime.engine.policy import Observation, PolicyError
 
 
 @pytest.fixture(scope="module")

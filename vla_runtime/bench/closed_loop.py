@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
 from vla_runtime.data.stack_eval import EpisodeRecord, eval_stack, summarise
@@ -125,13 +127,9 @@ def targets(pooled: dict) -> dict:
 
 
 def plot_sweep(path: Path, pooled: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     delays = list(pooled)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 3.6))
+    left, right = fig.subplots(1, 2)
     for name in ARMS:
         success = [pooled[d][name]["success_rate"] for d in delays]
         times = [pooled[d][name]["time_to_success_s"] or float("nan") for d in delays]
@@ -144,4 +142,3 @@ def plot_sweep(path: Path, pooled: dict) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -13,6 +13,7 @@ private ROS domain; this process plays the rest of the stack. It measures
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -23,10 +24,18 @@ import sys
 import time
 
 import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
 from vla_runtime.ros.messages import chunk_msg, to_seconds
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.supervisor import NodeProcess, module_process
 
@@ -80,15 +89,9 @@ class DriverProbe:
     """The stack's side of the driver: publishes commands, records /joint_states and stats."""
 
     def __init__(self, context, joints: list[str], controllers: dict[str, str]):
-        import rclpy
-        from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.executors import SingleThreadedExecutor
-        from sensor_msgs.msg import JointState
-        from std_msgs.msg import Float64MultiArray, String
-        from trajectory_msgs.msg import JointTrajectory
 
         self.joints = joints
-        self.node = rclpy.create_node("driver_probe", context=context)
+        self.node = RuntimeNode("driver_probe", context=context)
         self.executor = SingleThreadedExecutor(context=context)
         self.executor.add_node(self.node)
         self.q: np.ndarray | None = None
@@ -117,7 +120,7 @@ class DriverProbe:
         )
 
     def now(self) -> float:
-        return self.node.get_clock().now().nanoseconds * 1e-9
+        return self.node.now_s()
 
     def _on_state(self, msg) -> None:
         n = len(self.joints)
@@ -148,7 +151,6 @@ class DriverProbe:
         return sent
 
     def send_width(self, width: float) -> None:
-        from std_msgs.msg import Float64MultiArray
 
         self.gripper.publish(Float64MultiArray(data=[float(width)]))
 
@@ -209,8 +211,6 @@ def run_chunks(probe: DriverProbe, home: np.ndarray, seconds: float) -> list[flo
 
 def run_bench(seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 10) -> dict:
     """Start franky-sim and the driver, run the measurements, stop both; returns the figures."""
-    import rclpy
-    from rclpy.context import Context
 
     config = load_robot(robot)
     home = np.array(config.home)
@@ -272,7 +272,6 @@ def run_bench(seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 1
 
 
 def main() -> int:
-    import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)

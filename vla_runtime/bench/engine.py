@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import copy
 import platform
+import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import torch
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.model import count_parameters, tokenize
 from vla_runtime.engine.onnx_backend import OrtPolicy, default_providers
-from vla_runtime.engine.policy import ComputeMode, Observation
+from vla_runtime.engine.policy import Observation
 from vla_runtime.engine.torch_backend import (
     CudaGraphInference,
     TorchPolicy,
@@ -60,7 +63,6 @@ def _peak_rss_mb() -> float:
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
-    import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -286,8 +288,6 @@ def _run(preset, device, backends, iterations, warmup, modes, threads, seed, ban
         "latency": _time_modes(policies, checkpoint.spec, modes, iterations, warmup),
     }
     if "onnxruntime" in policies:
-        import onnxruntime
-
         result["settings"]["onnxruntime"] = onnxruntime.__version__
         result["settings"]["ort_providers"] = policies["onnxruntime"].providers
         result["settings"]["onnx_export_s"] = export_s

@@ -27,6 +27,7 @@ Times are sim time (the driver's /joint_states stamps, immune to the /clock faul
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -471,7 +472,6 @@ def _restarts(windows: list[Window], rec: LoopRecorder) -> tuple[list[int], list
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--faults", default=",".join(ALL_FAULTS))

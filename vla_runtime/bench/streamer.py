@@ -22,6 +22,9 @@ import platform
 import time
 
 import numpy as np
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from sensor_msgs.msg import JointState
 
 from vla_runtime.core.interpolation import Limits, limits_for
 from vla_runtime.core.robot import load_robot
@@ -96,9 +99,6 @@ def run_core(mode: str, delay_s: float, rate_hz: float = 250.0, max_s: float = 8
 
 
 def run_node_jitter(rate_hz: float, tick_source: str, seconds: float) -> dict:
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from sensor_msgs.msg import JointState
 
     rclpy.init(args=[])
     try:

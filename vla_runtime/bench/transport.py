@@ -13,19 +13,14 @@ import argparse
 import json
 import multiprocessing as mp
 import platform
+import sys
 import time
 
 import numpy as np
 import zmq
 
-from vla_runtime.engine.policy import (
-    FULL_COMPUTE,
-    ActionChunk,
-    CameraSpec,
-    ComputeMode,
-    Observation,
-    PolicySpec,
-)
+from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
+from vla_runtime.engine.policy import ActionChunk, CameraSpec, Observation, PolicySpec
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.server import PolicyServer
@@ -147,6 +142,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.scene_change import SceneChange
-from vla_runtime.engine.policy import ComputeMode
 
 FULL, PARTIAL, REUSE, FROZEN = 0, 1, 2, 3
 TIER_NAMES = ("full", "partial", "reuse", "frozen")

@@ -1,5 +1,8 @@
 """Topic names shared by every node (docs/design.md §2): import these, never spell them."""
 
+import json
+import math
+
 JOINT_STATES = "/joint_states"
 CLOCK = "/clock"
 INSTRUCTION = "/vla/instruction"
@@ -60,9 +63,6 @@ def forward_command(controller: str) -> str:
 
 def episode_start(text: str) -> float | None:
     """The start stamp of an EPISODE message's JSON, or None when it is malformed."""
-    import json
-    import math
-
     try:
         start = float(json.loads(text)["stamp"])
     except (ValueError, KeyError, TypeError):

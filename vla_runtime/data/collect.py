@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
     sigint_deferred,
@@ -52,7 +54,6 @@ def collect(
     progress: bool = True,
 ) -> dict:
     """Collect `episodes` expert episodes of `task` (seeds seed, seed+1, ...) into `out`."""
-    from tqdm import tqdm
 
     check_task(task)
     if seed + episodes > 90000:

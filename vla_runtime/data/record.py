@@ -11,12 +11,18 @@ rclpy dependency; `record_main` runs the subscribing node.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
+
+import rclpy
+from mcap.writer import CompressionType, Writer
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 
 from vla_runtime.core import topics
 from vla_runtime.ros.node import RuntimeNode
@@ -98,7 +104,6 @@ class McapRosWriter:
     """MCAP file with the ros2 profile; `write(topic, type, cdr_bytes, stamp_ns)`."""
 
     def __init__(self, path: str | Path):
-        from mcap.writer import CompressionType, Writer
 
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +146,6 @@ class McapRosWriter:
 
 
 def _import_message(type_name: str):
-    import importlib
 
     package, kind, name = type_name.split("/")
     return getattr(importlib.import_module(f"{package}.{kind}"), name)
@@ -150,9 +154,6 @@ def _import_message(type_name: str):
 def record(out: str | Path, wanted: list[str] | None, duration_s: float | None,
            discover_s: float = 3.0, progress: bool = True) -> dict:  # fmt: skip
     """Subscribe (serialized) to the wanted topics that exist, write until duration or Ctrl-C."""
-    import rclpy
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-    from rclpy.signals import SignalHandlerOptions
 
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = RuntimeNode("vla_recorder")

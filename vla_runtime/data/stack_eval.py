@@ -26,6 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from tqdm import tqdm
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
@@ -198,9 +203,6 @@ class StackHarness:
     """The stack's processes (started as the launcher starts them) and an observer node."""
 
     def __init__(self, stack: Stack, record_motion: bool = False, echo: bool = False):
-        from rclpy.qos import (
-            qos_profile_sensor_data,
-        )
 
         self.stack = stack
         self.claim = claim_domain()
@@ -214,9 +216,6 @@ class StackHarness:
             self.close()
             raise
         self._episode_client = EpisodeClient(self.node)
-        from diagnostic_msgs.msg import DiagnosticArray
-        from sensor_msgs.msg import JointState
-        from std_msgs.msg import Float64MultiArray, String
 
         latched = latched_qos(5)
         self.scene: tuple[float, np.ndarray] | None = None
@@ -477,7 +476,6 @@ def eval_stack(
 ) -> dict:
     """Run `episodes` episodes (seeds seed, seed+1, ...) through the sim stack resolved with
     `overrides`; returns the summary. Episodes stream to `out` (JSONL)."""
-    from tqdm import tqdm
 
     stack = resolve_stack("sim", {**overrides, "task": task, "policy": True})
     done: dict[int, EpisodeRecord] = {}

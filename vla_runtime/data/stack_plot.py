@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 VERDICT_COLOURS = {"accept": "tab:green", "clip": "tab:olive", "veto": "tab:red", "stale": "grey"}
 
@@ -12,13 +13,9 @@ VERDICT_COLOURS = {"accept": "tab:green", "clip": "tab:olive", "veto": "tab:red"
 def plot_run(path: Path, joints, motion, chunk_events, marks) -> None:
     """`motion`: ("state" | "command", t, arm positions); `chunk_events`: the safety node's
     chunk verdicts; `marks`: (seed, EpisodeRecord, start stamp) per episode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(joints)
-    fig, axes = plt.subplots(n + 1, 1, figsize=(11, 1.4 * (n + 1) + 1), sharex=True)
+    fig = Figure(figsize=(11, 1.4 * (n + 1) + 1))
+    axes = fig.subplots(n + 1, 1, sharex=True)
     series = {}
     for kind in ("state", "command"):
         rows = [(t, q) for k, t, q in motion if k == kind]
@@ -52,4 +49,3 @@ def plot_run(path: Path, joints, motion, chunk_events, marks) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
 
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 from vla_runtime.engine.checkpoint import (
@@ -63,7 +66,6 @@ class TrainingData:
 def load_training_data(
     roots: list[str], max_text_len: int, include_failed: bool = False, progress: bool = True
 ) -> TrainingData:
-    from tqdm import tqdm
 
     states, actions, ends, tasks, env_states = [], [], [], [], []
     task_ids: dict[str, int] = {}
@@ -196,7 +198,6 @@ def train(
     """`init`: start from that checkpoint's weights (fine-tuning; fresh optimizer and
     normalisation, so it may change the action space). `inference`: policy options the
     checkpoint recommends at run time (e.g. {"noise_scale": 0.0}), kept in its spec.json."""
-    from tqdm import tqdm
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -348,9 +349,6 @@ def train(
 def export_compact(checkpoint_dir: str | Path, out: str | Path) -> Path:
     """A shippable copy: weights in float16 (half the size; loading casts them back to the
     model's float32), spec.json and training.json; no optimizer state."""
-    import shutil
-
-    from safetensors.torch import save_file
 
     source, out = Path(checkpoint_dir), Path(out)
     checkpoint = load_checkpoint(source)

@@ -59,7 +59,7 @@ class ArmGripperControllerParams(ArmControllerParams):
 
 class CommandTopics:
     """Mixin for an rclpy Node with `self.command` (ArmCommand) and `self._lock`; commands are
-    timed on the node's clock (`_now()`)."""
+    timed on the node's clock (`now_s()`)."""
 
     def _subscribe_commands(self, command_topics: dict[str, str]) -> None:
         """Subscribe the trajectory and forward topics of `command_topics` (more, such as the
@@ -73,12 +73,12 @@ class CommandTopics:
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         with self._lock:
-            reason = self.command.set_trajectory(**trajectory_arguments(msg), now=self._now())
+            reason = self.command.set_trajectory(**trajectory_arguments(msg), now=self.now_s())
         self._report("trajectory", reason)
 
     def _on_forward(self, msg: Float64MultiArray) -> None:
         with self._lock:
-            reason = self.command.set_positions(list(msg.data), now=self._now())
+            reason = self.command.set_positions(list(msg.data), now=self.now_s())
         self._report("forward", reason)
 
     def _report(self, command: str, reason: str | None) -> None:
@@ -89,11 +89,8 @@ class CommandTopics:
         self._event("rejected", topic=topic, reason=reason)
 
     def _event(self, event: str, **fields) -> None:
-        fields.update(event=event, stamp=self._now())
+        fields.update(event=event, stamp=self.now_s())
         self._event_pub.publish(String(data=json.dumps(fields)))
-
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
 
     def _hold(self, q) -> None:
         """Hold at the measured `q`: never resume towards a target set before a stop or loss."""

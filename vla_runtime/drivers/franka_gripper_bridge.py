@@ -27,6 +27,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 
@@ -98,7 +100,6 @@ class FrankaGripperBridge(RuntimeNode):
             self.get_logger().error(message)
             self._event("gripper_unavailable", reason="franka_msgs missing")
             return
-        from rclpy.action import ActionClient
 
         self.actions = {
             "move": ActionClient(self, Move, f"{self.namespace}/move"),
@@ -164,7 +165,6 @@ class FrankaGripperBridge(RuntimeNode):
         )  # fmt: skip
 
     def _on_result(self, goal: GripperGoal, token: int, future) -> None:
-        from action_msgs.msg import GoalStatus
 
         try:
             response = future.result()
@@ -184,7 +184,7 @@ class FrankaGripperBridge(RuntimeNode):
         self._event("gripper_failed", action=goal.action, width=goal.width, reason=reason)
 
     def _event(self, event: str, **fields) -> None:
-        fields.update(event=event, stamp=self.get_clock().now().nanoseconds * 1e-9)
+        fields.update(event=event, stamp=self.now_s())
         self._event_pub.publish(String(data=json.dumps(fields)))
 
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -38,6 +37,7 @@ from vla_runtime.core.gripper_intent import GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams, CommandTopics
 from vla_runtime.ros.messages import diagnostics_msg, joint_state_msg, to_time
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.runtime import run_node
 
@@ -69,7 +69,7 @@ class FrankyDriverParams(ArmGripperControllerParams):
     gripper_force: float = param("N of a grasp", 20.0)
 
 
-class FrankyDriverNode(CommandTopics, Node):
+class FrankyDriverNode(CommandTopics, RuntimeNode):
     def __init__(self, name: str = "franky_driver", **kwargs):
         super().__init__(name, **kwargs)
         params = declare(self, FrankyDriverParams)
@@ -164,7 +164,7 @@ class FrankyDriverNode(CommandTopics, Node):
             return
         state = robot.current_joint_state
         q, dq = np.asarray(state.position), np.asarray(state.velocity)
-        now = self._now()
+        now = self.now_s()
         with self._lock:
             sample = self.command.stream_sample(now, self.config.lookahead_s)
         if sample.desired_width is not None:

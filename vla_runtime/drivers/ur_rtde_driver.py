@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 
@@ -37,6 +36,7 @@ from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
 from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopics
 from vla_runtime.ros.messages import joint_state_msg
+from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.runtime import run_node
 
@@ -55,7 +55,7 @@ class URDriverParams(ArmControllerParams):
     state_rate_hz: float = param(f"{topics.JOINT_STATES} rate, Hz (up to control_rate_hz)", 250.0)
 
 
-class URRtdeDriverNode(CommandTopics, Node):
+class URRtdeDriverNode(CommandTopics, RuntimeNode):
     def __init__(self, name: str = "ur_driver", **kwargs):
         super().__init__(name, **kwargs)
         params = declare(self, URDriverParams)
@@ -113,7 +113,7 @@ class URRtdeDriverNode(CommandTopics, Node):
                     self._on_stop_change(change, q)
                 if self.stops.stopped is None:
                     with self._lock:
-                        target, _ = self.command.sample(self._now())
+                        target, _ = self.command.sample(self.now_s())
                     self._control.servoJ(*self.servo.servo_args(target))
                 if tick % self._state_every == 0:
                     self._publish_state(q)

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.engine.guidance import plan_guidance
 from vla_runtime.engine.observation import Frame, Inputs, ObservationAssembler
-from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation, Policy, PolicyError
+from vla_runtime.engine.policy import ActionChunk, Observation, Policy, PolicyError
 from vla_runtime.engine.state_mapping import SyncError
 from vla_runtime.engine.trigger import InferenceRequest
 

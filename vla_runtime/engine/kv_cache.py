@@ -44,18 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode, ComputeModeError
 from vla_runtime.engine import rtc, signals
 from vla_runtime.engine.checkpoint import Normalization
 from vla_runtime.engine.model import ModelConfig, text_bias, tokenize
-from vla_runtime.engine.policy import (
-    FULL_COMPUTE,
-    ActionChunk,
-    ActionSpace,
-    ComputeMode,
-    Observation,
-    PolicyError,
-    PolicySpec,
-)
+from vla_runtime.engine.policy import ActionChunk, ActionSpace, Observation, PolicyError, PolicySpec
 
 INSTRUCTION_CACHE_SIZE = 16
 
@@ -374,7 +367,10 @@ class CachedPolicy(ABC):
 
     def _check_mode(self, compute_mode) -> ComputeMode:
         if isinstance(compute_mode, str):
-            compute_mode = ComputeMode.parse(compute_mode)
+            try:
+                compute_mode = ComputeMode.parse(compute_mode)
+            except ComputeModeError as exc:
+                raise PolicyError(str(exc)) from None
         if not isinstance(compute_mode, ComputeMode):
             raise PolicyError(f"compute mode must be a ComputeMode or token, got {compute_mode!r}")
         names = {c.name for c in self.spec.cameras}

@@ -39,6 +39,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import torch
 from torch import nn
 
@@ -197,7 +198,6 @@ def default_providers(device: str) -> list:
     """CUDA execution provider (with its device id) when asked for and installed, else CPU.
     ORT's TensorRT provider is opt-in (`providers=[...]`): its first run builds engines for
     minutes, and `tensorrt_backend` already builds cached plans from these files."""
-    import onnxruntime as ort
 
     providers: list = []
     if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
@@ -220,7 +220,6 @@ class OrtPolicy(CachedPolicy):
         threads: int | None = None,
         **options,
     ):
-        import onnxruntime as ort
 
         self.directory = Path(directory)
         manifest = json.loads((self.directory / MANIFEST).read_text())

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
 
 
 class ActionSpace(StrEnum):
@@ -75,68 +75,6 @@ def positions_to_chunk(positions: np.ndarray, state: np.ndarray, spec: PolicySpe
 class PolicyError(ValueError):
     """Raised for malformed observations, plans or compute modes: the caller logs it and
     publishes no chunk."""
-
-
-@dataclass(frozen=True)
-class ComputeMode:
-    """Phase-adaptive compute: vision/LLM reuse level 0–4 × denoising level 0–2 (0 = full).
-
-    `stable_cameras` names the cameras the scheduler judges stable (their vision KV may be
-    reused at vision level 2); None means every camera. The table of levels is documented in
-    `vla_runtime.engine.kv_cache`.
-    """
-
-    vision_level: int = 0
-    denoise_level: int = 0
-    stable_cameras: frozenset[str] | None = None
-
-    def __post_init__(self):
-        levels = (self.vision_level, self.denoise_level)
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in levels):
-            raise PolicyError(f"compute mode levels must be integers: {self}")
-        if not (0 <= self.vision_level <= 4 and 0 <= self.denoise_level <= 2):
-            raise PolicyError(f"compute mode out of range (vision 0-4, denoise 0-2): {self}")
-        if self.stable_cameras is not None:
-            object.__setattr__(self, "stable_cameras", frozenset(self.stable_cameras))
-
-    @property
-    def token(self) -> str:
-        return f"v{self.vision_level}d{self.denoise_level}"
-
-    def to_json(self) -> str:
-        d: dict = {"vision_level": self.vision_level, "denoise_level": self.denoise_level}
-        if self.stable_cameras is not None:
-            d["stable_cameras"] = sorted(self.stable_cameras)
-        return json.dumps(d)
-
-    @classmethod
-    def parse(cls, text: str) -> ComputeMode:
-        """Accept the fixed token (`v2d1`) or a JSON object with the field names."""
-        text = text.strip()
-        token = re.fullmatch(r"v(\d)d(\d)", text)
-        if token:
-            return cls(int(token.group(1)), int(token.group(2)))
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise PolicyError(
-                f"compute mode is neither a token like 'v2d1' nor JSON: {text!r}"
-            ) from e
-        if not isinstance(d, dict) or not set(d) <= {
-            "vision_level",
-            "denoise_level",
-            "stable_cameras",
-        }:
-            raise PolicyError(f"compute mode JSON has unknown fields: {text!r}")
-        stable = d.get("stable_cameras")
-        return cls(
-            int(d.get("vision_level", 0)),
-            int(d.get("denoise_level", 0)),
-            None if stable is None else frozenset(str(c) for c in stable),
-        )
-
-
-FULL_COMPUTE = ComputeMode()
 
 
 @dataclass

@@ -3,8 +3,8 @@ its last error and the numbers of the chunk reported."""
 
 from __future__ import annotations
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.inference import Inference
-from vla_runtime.engine.policy import ComputeMode
 
 
 class EngineStats:

@@ -8,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.inference import ChunkInference, Inference, InferenceFailure
 from vla_runtime.engine.observation import Frame, Inputs, JointSample
-from vla_runtime.engine.policy import ComputeMode
 from vla_runtime.engine.trigger import InferenceRequest, InferenceTrigger
 
 

@@ -24,9 +24,9 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
+from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import qos_profile_sensor_data
-from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
 
@@ -43,7 +43,7 @@ from vla_runtime.drivers.cameras import (
     output_size,
     resize_frame,
 )
-from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_msg
+from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_msg, to_time
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
@@ -115,7 +115,7 @@ class CameraNode(RuntimeNode):
                 source = VideoFileSource(p.path, loop=True)
             self._thread = CaptureThread(
                 source, p.fps, p.retry_period_s,
-                on_frame=lambda frame: self._publish(frame, self.get_clock().now()),
+                on_frame=lambda frame: self._publish(frame, self.get_clock().now().to_msg()),
                 on_status=self._set_status, alive=self.context.ok, name=f"capture-{p.camera_name}",
             )  # fmt: skip
             self._thread.start()
@@ -170,13 +170,12 @@ class CameraNode(RuntimeNode):
             info = self._infos[(width, height)] = camera_info_msg(calibration, self.params.frame_id)
         return info
 
-    def _publish(self, frame: np.ndarray, stamp: Time) -> None:
+    def _publish(self, frame: np.ndarray, stamp: TimeMsg) -> None:
         p = self.params
         width, height = output_size((frame.shape[1], frame.shape[0]), p.width, p.height)
-        stamp_msg = stamp.to_msg()
-        image = image_msg(resize_frame(frame, width, height), stamp_msg, p.frame_id)
+        image = image_msg(resize_frame(frame, width, height), stamp, p.frame_id)
         info = self._camera_info(width, height)
-        info.header.stamp = stamp_msg
+        info.header.stamp = stamp
         self._image_pub.publish(image)
         self._info_pub.publish(info)
         self._health.frame_published(time.monotonic())
@@ -240,7 +239,7 @@ class CameraNode(RuntimeNode):
             return
         if not ok:
             return
-        self._publish(frame, Time(nanoseconds=round(self._sim.frame_time * 1e9)))
+        self._publish(frame, to_time(self._sim.frame_time))
         self._set_status(OK, "streaming")
 
     # ------------------------------------------------------------ shutdown

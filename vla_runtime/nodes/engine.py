@@ -35,11 +35,12 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.core.threads import resolve_threads
 from vla_runtime.engine import observation
 from vla_runtime.engine.inference import ChunkInference, Inference
-from vla_runtime.engine.policy import CameraSpec, ComputeMode
+from vla_runtime.engine.policy import CameraSpec
 from vla_runtime.engine.policy_source import BACKENDS, PolicySource
 from vla_runtime.engine.state_mapping import GRIPPER_STATES, StateMapping
 from vla_runtime.engine.stats import EngineStats
@@ -119,7 +120,7 @@ class EngineNode(RuntimeNode):
         self.stats = EngineStats(params.backend, params.run_mode)
         self._log_error = ThrottledLog(self.get_logger().error, per_message=True)
         self.worker = InferenceWorker(
-            trigger, params.instruction, mode, self._publish, self._fail, self._now,
+            trigger, params.instruction, mode, self._publish, self._fail, self.now_s,
             alive=self.context.ok,
         )  # fmt: skip
 
@@ -199,7 +200,7 @@ class EngineNode(RuntimeNode):
         self.worker.add_frame(camera.name, observation.Frame(image, to_seconds(stamp), stamp))
 
     def _on_joint_state(self, msg: JointState) -> None:
-        stamp = to_seconds(msg.header.stamp) or self._now()  # unstamped: its receipt
+        stamp = to_seconds(msg.header.stamp) or self.now_s()  # unstamped: its receipt
         self.worker.set_joint_state(observation.JointSample(msg.name, msg.position, stamp))
 
     def _on_instruction(self, msg: String) -> None:
@@ -230,7 +231,7 @@ class EngineNode(RuntimeNode):
         names, stamp = self.mapping.joint_names, inference.newest.capture
         msg = chunk_msg(names, stamp, inference.times, inference.positions, inference.request_id)
         self._chunk_pub.publish(msg)
-        latency_s = self.worker.inference.record_latency(inference, self._now())
+        latency_s = self.worker.inference.record_latency(inference, self.now_s())
         values = self.stats.published(inference, latency_s)
         message = f"chunk {self.stats.chunks_published}"
         self._publish_stats(OK, message, inference.chunk.mode, values)
@@ -247,9 +248,6 @@ class EngineNode(RuntimeNode):
             self._stats_pub.publish(array)
         except Exception:  # context shut down during close
             pass
-
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
 
     def close(self) -> None:
         self.worker.close()

@@ -105,7 +105,7 @@ class SafetyNode(RuntimeNode):
         self.contact_force = params.max_contact_force
 
         self.checker = ChunkChecker(self.robot, chain_for(self.robot.name), check_config)
-        self.chunks = ChunkPipeline(self.checker, chunk_from_msg, self._now)
+        self.chunks = ChunkPipeline(self.checker, chunk_from_msg, self.now_s)
         self.gate = CommandGate(self.robot, gate_config)
         self._gripper_joint = self.checker.gripper_joint
 
@@ -158,10 +158,6 @@ class SafetyNode(RuntimeNode):
             f"timeout {gate_config.command_timeout_s * 1e3:.0f} ms"
         )
 
-    # -- time --------------------------------------------------------------------------------
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
-
     # -- inputs ------------------------------------------------------------------------------
     def _on_state(self, msg: JointState) -> None:
         values = joint_state_values(msg, self.robot.joints)
@@ -173,17 +169,17 @@ class SafetyNode(RuntimeNode):
             self.gate.update_state(values[0], stamp)
 
     def _on_command(self, msg: JointState) -> None:
-        now = self._now()
+        now = self.now_s()
         values = command_values(msg, self.robot.joints, self._gripper_joint)
         arm, width = values if values is not None else ([math.nan], None)  # the gate reports it
         self.gate.command(arm, width, to_seconds(msg.header.stamp), now)
 
     def _on_estop(self, msg: Bool) -> None:
         if msg.data:
-            self.gate.estop(self._now())
+            self.gate.estop(self.now_s())
 
     def _on_reset(self, _msg: Empty) -> None:
-        self.gate.reset(self._now())
+        self.gate.reset(self.now_s())
 
     def _on_episode(self, msg: String) -> None:
         start = topics.episode_start(msg.data)
@@ -191,13 +187,13 @@ class SafetyNode(RuntimeNode):
             self._publish_events([{"event": "episode_rejected", "reason": msg.data[:200]}])
             return
         reports = self.chunks.new_episode(start)
-        self.gate.new_episode(self._now())
+        self.gate.new_episode(self.now_s())
         self._publish_events(reports, "chunk_check")
 
     def _on_parameters(self, params) -> SetParametersResult:
         for p in params:
             if p.name == "estop_reset" and p.value:
-                self.gate.reset(self._now())
+                self.gate.reset(self.now_s())
         return SetParametersResult(successful=True)
 
     def _on_scene_xml(self, msg: String) -> None:
@@ -220,7 +216,7 @@ class SafetyNode(RuntimeNode):
     def _tick(self) -> None:
         if not self.context.ok():  # SIGINT/SIGTERM shut rclpy down between callbacks
             return
-        now = self._now()
+        now = self.now_s()
         if not self._pacer.due(time.monotonic(), now):  # a burst of late ticks
             return
         out = self.gate.tick(now)

@@ -26,11 +26,11 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.compute_mode import ComputeMode, ComputeModeError
 from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
-from vla_runtime.engine.policy import ComputeMode, PolicyError
 from vla_runtime.ros.messages import chunk_from_msg, image_from_msg, to_seconds
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
@@ -100,7 +100,7 @@ class SchedulerNode(RuntimeNode):
             return
         arm = [msg.position[index[j]] for j in self.arm_joints]
         gripper = msg.position[index[self.gripper_joint]] if self.gripper_joint in index else None
-        t = to_seconds(msg.header.stamp) or self.get_clock().now().nanoseconds * 1e-9
+        t = to_seconds(msg.header.stamp) or self.now_s()
         self.tracker.joint_state(t, arm, gripper)
 
     def _on_image(self, camera: str, msg: Image) -> None:
@@ -118,7 +118,7 @@ class SchedulerNode(RuntimeNode):
             values = {kv.key: kv.value for kv in status.values}
             try:
                 ran = ComputeMode.parse(values.get("mode", ""))
-            except PolicyError:
+            except ComputeModeError:
                 continue
             info = {}
             for key, value in values.items():

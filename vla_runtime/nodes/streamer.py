@@ -168,7 +168,7 @@ class StreamerNode(RuntimeNode):
             self.timing.tick_started(self.get_clock().now().nanoseconds)
         else:
             self.timing.tick_started(time.monotonic_ns())
-        step = self.lifecycle.tick(self._now())
+        step = self.lifecycle.tick(self.now_s())
         if step is None:
             return
         setpoint, request = step
@@ -207,7 +207,7 @@ class StreamerNode(RuntimeNode):
         self._log(notice)
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        now = self._now()
+        now = self.now_s()
         request_id = parse_request_id(msg.header.frame_id)
         self._log(self.lifecycle.chunk(now, chunk_from_msg(msg), request_id))
 
@@ -246,9 +246,6 @@ class StreamerNode(RuntimeNode):
             self._stats_pub.publish(array)
         except Exception:  # context already shut down
             pass
-
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
 
     def close(self) -> None:
         if self._thread is not None:

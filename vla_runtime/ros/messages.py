@@ -17,7 +17,6 @@ import numpy as np
 from builtin_interfaces.msg import Duration
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -165,7 +164,7 @@ def joint_state_msg(names: Sequence[str], stamp: TimeMsg, positions, velocities)
 def command_msg(joint_names: Sequence[str], setpoint: Setpoint) -> JointState:
     """The streamer's command: the setpoint, stamped with the command time it is for."""
     msg = JointState(name=list(joint_names))
-    msg.header.stamp = Time(nanoseconds=round(setpoint.time * 1e9)).to_msg()
+    msg.header.stamp = to_time(setpoint.time)
     msg.position = setpoint.position.tolist()
     msg.velocity = setpoint.velocity.tolist()
     return msg

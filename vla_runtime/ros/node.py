@@ -106,3 +106,7 @@ class RuntimeNode(Node):
     def create_publisher(self, *args, **kwargs):
         kwargs.setdefault("event_callbacks", PublisherEventCallbacks(use_default_callbacks=False))
         return super().create_publisher(*args, **kwargs)
+
+    def now_s(self) -> float:
+        """The node's clock in seconds (sim time under `use_sim_time`: 0 until the first /clock)."""
+        return self.get_clock().now().nanoseconds * 1e-9

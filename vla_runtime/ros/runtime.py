@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 
 import rclpy
+from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
@@ -87,7 +88,6 @@ def private_node(name: str, domain_id: int):
     """(context, node, executor): a node of this process on `domain_id`, in a context of its
     own, spun by the caller. No rclpy signal handlers: Ctrl-C must reach the caller's loop as
     KeyboardInterrupt (which keeps what it has recorded), not shut the context down."""
-    from rclpy.context import Context
 
     context = Context()
     no_handlers = SignalHandlerOptions.NO

@@ -17,6 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import rclpy
+from rclpy.context import Context
+
 from vla_runtime.ros.runtime import BackgroundSpinner
 from vla_runtime.stack.isolation import DomainClaim, claim_domain
 from vla_runtime.stack.monitor import RunMonitor
@@ -28,8 +31,6 @@ class _Monitor:
     """The run monitor node spinning in a thread on the stack's domain."""
 
     def __init__(self, stack: Stack, claim: DomainClaim):
-        import rclpy
-        from rclpy.context import Context
 
         self._context = Context()
         rclpy.init(args=[], context=self._context, domain_id=claim.domain_id)
@@ -39,7 +40,7 @@ class _Monitor:
         self._spinner = BackgroundSpinner(self._context, [self.node]).start()
 
     def now_s(self) -> float:
-        return self.node.get_clock().now().nanoseconds * 1e-9
+        return self.node.now_s()
 
     def close(self) -> None:
         self._spinner.close()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from rclpy.clock import Clock, ClockType
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 
 from vla_runtime.core import topics
 from vla_runtime.core.stats import RateMeter, Reservoir
@@ -188,7 +189,6 @@ class RunMonitor(RuntimeNode):
     def _events_callback(self, stats: TopicStats, msg_type):
         """Safety/driver events (std_msgs/String, one JSON object each): counted by kind, chunk
         verdicts by verdict, so the report shows what happened to every chunk."""
-        from rclpy.serialization import deserialize_message
 
         def on_event(serialized: bytes) -> None:
             self._count(stats)
@@ -206,7 +206,6 @@ class RunMonitor(RuntimeNode):
         return on_event
 
     def _diagnostics_callback(self, stats: TopicStats, msg_type):
-        from rclpy.serialization import deserialize_message
 
         def on_diagnostics(serialized: bytes) -> None:
             self._count(stats)

@@ -116,14 +116,11 @@ class FaultInjectorNode(RuntimeNode):
         self.create_timer(QUEUE_PERIOD_S, self._release)
         self.get_logger().info(f"fault injector: {chunk_in} -> {chunk_out}, cameras {cameras}")
 
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
-
     def _emit(self, **event) -> None:
         self._event_pub.publish(String(data=json.dumps(event)))
 
     def _on_command(self, msg: String) -> None:
-        now = self._now()
+        now = self.now_s()
         try:
             command = json.loads(msg.data)
             self.faults.apply(command, now)
@@ -141,7 +138,7 @@ class FaultInjectorNode(RuntimeNode):
         self._emit(event="fault", now=now, **command)
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        now = self._now()
+        now = self.now_s()
         fate, delay = self.faults.fate(now)
         stamp = to_seconds(msg.header.stamp)
         self._emit(event="chunk", stamp=stamp, fate=fate, delay_s=delay, now=now)
@@ -155,13 +152,13 @@ class FaultInjectorNode(RuntimeNode):
     def _release(self) -> None:
         if not self.context.ok():
             return
-        now = self._now()
+        now = self.now_s()
         while self._queue and self._queue[0][0] <= now:
             self._chunk_pub.publish(self._queue.popleft()[1])
 
     def _on_image(self, camera: str, msg: Image) -> None:
         until, frame = self._frozen.get(camera, (-math.inf, None))
-        if self._now() < until:
+        if self.now_s() < until:
             if frame is None:  # the first frame of the freeze is the one that repeats
                 self._frozen[camera] = (until, msg)
             else:

@@ -16,15 +16,11 @@ from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
-from vla_runtime.ros.messages import chunk_msg
+from vla_runtime.ros.messages import chunk_msg, to_time
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.testing.fault_injector import FAULT_COMMAND
 
 PUBLISH_PERIOD_S = 0.004  # one control period between the messages of a stream of faults
-
-
-def _stamp(msg_stamp, seconds: float) -> None:
-    msg_stamp.sec, msg_stamp.nanosec = divmod(round(seconds * 1e9), 10**9)
 
 
 class FaultPublisher:
@@ -55,7 +51,7 @@ class FaultPublisher:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             msg = Clock()
-            _stamp(msg.clock, self.sim_now() + offset_s)
+            msg.clock = to_time(self.sim_now() + offset_s)
             self.pubs["clock"].publish(msg)
             time.sleep(PUBLISH_PERIOD_S)
 
@@ -71,7 +67,7 @@ class FaultPublisher:
             q[j] = (rng.choice([math.nan, math.inf, -math.inf]), rng.choice([-10.0, 10.0]),
                     q[j] + rng.choice([-0.5, 0.5]))[kind]  # fmt: skip
             msg = JointState(name=names, position=[*map(float, q), 0.04])
-            _stamp(msg.header.stamp, self.sim_now())
+            msg.header.stamp = to_time(self.sim_now())
             self.pubs["command"].publish(msg)
             time.sleep(PUBLISH_PERIOD_S)
 

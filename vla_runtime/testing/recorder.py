@@ -68,7 +68,7 @@ class Recorder:
 
     def now(self) -> float:
         """The node's clock in seconds (sim time with `use_sim_time`)."""
-        return self.node.get_clock().now().nanoseconds * 1e-9
+        return self.node.now_s()
 
     def record(self, msg_type, topic: str, qos=10, convert=None, stamped: bool = True) -> list:
         """Subscribe `topic`; the returned list fills with `(clock(), convert(msg))` (only the

@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
+from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.robot import load_robot
 from vla_runtime.engine.model import default_spec
-from vla_runtime.engine.policy import ActionChunk, ComputeMode, Observation
+from vla_runtime.engine.policy import ActionChunk, Observation
 
 
 class SwayPolicy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from vla_runtime.data.lerobot.schema import FOURCC, DatasetError
@@ -11,7 +12,6 @@ from vla_runtime.data.lerobot.schema import FOURCC, DatasetError
 
 def write_video(path: Path, frames: np.ndarray, fps: float) -> None:
     """Encode (T, H, W, 3) uint8 RGB frames."""
-    import cv2
 
     height, width = frames.shape[1:3]
     writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*FOURCC), fps, (width, height))
@@ -26,7 +26,6 @@ def write_video(path: Path, frames: np.ndarray, fps: float) -> None:
 
 def read_video(path: Path) -> np.ndarray:
     """All frames of a video as (T, H, W, 3) uint8 RGB."""
-    import cv2
 
     capture = cv2.VideoCapture(str(path))
     frames = []

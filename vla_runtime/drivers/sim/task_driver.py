@@ -25,6 +25,9 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
@@ -46,14 +49,10 @@ class EpisodeClient:
     caller's spin loop."""
 
     def __init__(self, node, driver: str = "sim_driver"):
-        from rcl_interfaces.srv import SetParameters
 
         self._client = node.create_client(SetParameters, f"/{driver}/set_parameters")
 
     def reset(self, seed: int, spin_until, ready_timeout_s: float, call_timeout_s: float):
-        from rcl_interfaces.msg import Parameter as ParameterMsg
-        from rcl_interfaces.msg import ParameterType, ParameterValue
-        from rcl_interfaces.srv import SetParameters
 
         spin_until(self._client.service_is_ready, ready_timeout_s, "the sim driver")
         value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))

@@ -10,14 +10,8 @@ from typing import Any
 import numpy as np
 import zmq
 
-from vla_runtime.engine.policy import (
-    FULL_COMPUTE,
-    ActionChunk,
-    ComputeMode,
-    Observation,
-    PolicyError,
-    PolicySpec,
-)
+from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
+from vla_runtime.engine.policy import ActionChunk, Observation, PolicyError, PolicySpec
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.protocol import (
     DEFAULT_ENDPOINT,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import shutil
 from pathlib import Path
+
+import zmq.auth
 
 SERVER_KEY_NAME = "server"
 CLIENT_KEY_NAME = "client"
@@ -31,9 +34,6 @@ def generate_keys(directory: str | Path) -> Path:
 
     Give robots `server.key` (public) and `client.key_secret`; keep `server.key_secret` on the
     server. More robots: drop their public `*.key` files into `authorized_clients/`."""
-    import shutil
-
-    import zmq.auth
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -49,7 +49,6 @@ def generate_keys(directory: str | Path) -> Path:
 
 def load_server_keys(directory: str | Path) -> tuple[bytes, Path | None]:
     """(server secret key, allow-list directory or None) from a `generate_keys` directory."""
-    import zmq.auth
 
     directory = Path(directory)
     path = directory / f"{SERVER_KEY_NAME}.key_secret"
@@ -62,7 +61,6 @@ def load_server_keys(directory: str | Path) -> tuple[bytes, Path | None]:
 
 def load_client_keys(directory: str | Path) -> tuple[bytes, tuple[bytes, bytes]]:
     """(server public key, (client public, client secret)) from a `generate_keys` directory."""
-    import zmq.auth
 
     directory = Path(directory)
     server_public, _ = zmq.auth.load_certificate(directory / f"{SERVER_KEY_NAME}.key")

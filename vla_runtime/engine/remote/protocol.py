@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_runtime.engine.policy import ComputeMode, PolicySpec
+from vla_runtime.core.compute_mode import ComputeMode
+from vla_runtime.engine.policy import PolicySpec
 from vla_runtime.engine.remote import wire
 
 DEFAULT_BIND = "tcp://127.0.0.1:5555"

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, PolicyError
@@ -90,7 +91,6 @@ class PolicyServer:
         self.secure = curve_secret is not None
 
     def _enable_curve(self, secret: bytes | str, authorized_clients: str | Path | None) -> None:
-        from zmq.auth.thread import ThreadAuthenticator
 
         secret = secret.encode() if isinstance(secret, str) else secret
         self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))

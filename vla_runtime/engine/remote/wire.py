@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgpack
 import numpy as np
 
 # Bump whenever the header layout or message semantics change; peers must match exactly.
@@ -32,7 +33,6 @@ def encode(header: dict[str, Any]) -> list[Any]:
     """Turn `header` (which may hold numpy arrays at any depth) into frames for send_multipart.
 
     Arrays are referenced, not copied (contiguous ones); do not modify them until sent."""
-    import msgpack
 
     buffers: list[memoryview] = []
 
@@ -58,7 +58,6 @@ def encode(header: dict[str, Any]) -> list[Any]:
 def decode(frames: Sequence[Any]) -> dict[str, Any]:
     """Inverse of `encode`. `frames` may be bytes or zmq.Frame objects (received copy=False);
     arrays come back as views over the frames' memory (read-only for bytes frames)."""
-    import msgpack
 
     if not frames:
         raise WireError("empty message")
