@@ -12,6 +12,7 @@ import rclpy
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.parameter import Parameter
 
+from vla_runtime.core.rates import CONTROL_PERIOD_S
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.gate import GateConfig
 from vla_runtime.core.streaming.config import StreamerConfig
@@ -226,7 +227,7 @@ def test_core_configs_are_built_from_the_parameters(ros):
     streamer = StreamerNode(parameter_overrides=[Parameter("margin_steps", value=7)])
     try:
         assert streamer.config.margin_steps == 7
-        assert streamer.config.control_period_s == pytest.approx(1.0 / 250.0)
+        assert streamer.config.control_period_s == pytest.approx(CONTROL_PERIOD_S)
         assert streamer.config.max_future_s == StreamerConfig.max_future_s  # not a parameter
     finally:
         _close(streamer)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vla_runtime.core.direct_driver import LIBFRANKA_ERROR_KINDS, classify_libfranka_error
+from vla_runtime.core.rates import STATE_RATE_HZ
 from vla_runtime.core.stats import Reservoir
 
 REALTIME_CONFIGS = ("enforce", "ignore")  # libfranka's RealtimeConfig
@@ -22,7 +23,7 @@ MAX_STATE_RATE_HZ = 1000.0  # libfranka's control rate
 @dataclass(frozen=True)
 class StreamConfig:
     stream_rate_hz: float = 50.0  # targets handed to franky
-    state_rate_hz: float = 250.0  # state reads (and /joint_states)
+    state_rate_hz: float = STATE_RATE_HZ  # state reads (and /joint_states)
     lookahead_s: float = 0.1  # how far ahead of now each target is sampled
     relative_dynamics_factor: float = 1.0  # franky's scale of velocity, acceleration and jerk
     realtime_config: str = "enforce"  # one of REALTIME_CONFIGS

@@ -33,6 +33,7 @@ from std_msgs.msg import Float64MultiArray, String
 from tqdm import tqdm
 
 from vla_runtime.core import topics
+from vla_runtime.core.rates import CONTROL_PERIOD_S
 from vla_runtime.core.robot import load_robot
 from vla_runtime.data.stack_plot import plot_run
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
@@ -119,7 +120,8 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
     def total(key):
         return sum(int(float(s.get(key) or 0)) for s in streamer)
 
-    period = 1.0 / float(streamer[0].get("control_rate_hz") or 250.0) if streamer else 0.004
+    rate = float(streamer[0].get("control_rate_hz") or 0) if streamer else 0
+    period = 1.0 / rate if rate > 0 else CONTROL_PERIOD_S
     sim_s = sum(r.sim_s for r in records)
     infer = [x for r in records for x in r.engine_infer_ms]
     return {

@@ -31,6 +31,7 @@ from std_msgs.msg import Float64
 
 from vla_runtime.core import topics
 from vla_runtime.core.direct_driver import ArmCommand, Reconnector
+from vla_runtime.core.rates import STATE_RATE_HZ
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
@@ -52,7 +53,9 @@ class URDriverParams(ArmControllerParams):
         "servoJ lookahead, s (0.03-0.2): larger is smoother and later", ServoParams.lookahead_s
     )
     servo_gain: float = param("servoJ gain (100-2000): larger is stiffer", ServoParams.gain)
-    state_rate_hz: float = param(f"{topics.JOINT_STATES} rate, Hz (up to control_rate_hz)", 250.0)
+    state_rate_hz: float = param(
+        f"{topics.JOINT_STATES} rate, Hz (up to control_rate_hz)", STATE_RATE_HZ
+    )
 
 
 class URRtdeDriverNode(CommandTopics, RuntimeNode):

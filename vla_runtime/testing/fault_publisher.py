@@ -16,6 +16,7 @@ from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.gripper import max_opening
 from vla_runtime.ros.messages import chunk_msg, to_time
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.testing.fault_injector import FAULT_COMMAND
@@ -66,7 +67,7 @@ class FaultPublisher:
             j = rng.integers(len(q))
             q[j] = (rng.choice([math.nan, math.inf, -math.inf]), rng.choice([-10.0, 10.0]),
                     q[j] + rng.choice([-0.5, 0.5]))[kind]  # fmt: skip
-            msg = JointState(name=names, position=[*map(float, q), 0.04])
+            msg = JointState(name=names, position=[*map(float, q), max_opening(self.robot)])
             msg.header.stamp = to_time(self.sim_now())
             self.pubs["command"].publish(msg)
             time.sleep(PUBLISH_PERIOD_S)
@@ -86,7 +87,7 @@ class FaultPublisher:
         def chunk(rows, times, joint_names=names):
             return chunk_msg(joint_names, self.sim_now(), times, rows)
 
-        q = [*self.arm().tolist(), 0.04]
+        q = [*self.arm().tolist(), max_opening(self.robot)]
         bad = [
             chunk([q, [0.0], q], [0.1, 0.2, 0.3]),  # ragged
             chunk([], []),  # no points

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vla_runtime.core.rates import CONTROL_PERIOD_S
 from vla_runtime.core.robot import RobotConfig
 
 WAITING, RUNNING, STOPPING, ESTOP = "waiting", "running", "stopping", "estop"
@@ -26,7 +27,7 @@ WAITING, RUNNING, STOPPING, ESTOP = "waiting", "running", "stopping", "estop"
 
 @dataclass(frozen=True)
 class GateConfig:
-    control_period_s: float = 0.004  # s between outputs (the control rate)
+    control_period_s: float = CONTROL_PERIOD_S  # s between outputs (the control rate)
     command_timeout_s: float = 0.1  # s without a fresh command before the gate stops the arm
     start_tolerance: float = 0.05  # rad: an arming command must be this close to the state
     state_timeout_s: float = 0.5  # s without a joint state before the gate stops the arm

@@ -6,13 +6,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from vla_runtime.core.rates import CONTROL_PERIOD_S
+
 MODES = ("async", "sync")
 REQUEST_POLICIES = ("threshold", "continuous")
 
 
 @dataclass
 class StreamerConfig:
-    control_period_s: float = 0.004
+    control_period_s: float = CONTROL_PERIOD_S
     mode: str = "async"
     request_policy: str = "threshold"
     margin_steps: int = 25

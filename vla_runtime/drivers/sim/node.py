@@ -31,6 +31,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.pacing import PhysicsLoop, StepGrid
+from vla_runtime.core.rates import STATE_RATE_HZ
 from vla_runtime.core.reflex_events import recovered, refused_command
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import SpeedSlider, broadcast_topic
@@ -55,7 +56,7 @@ class SimDriverParams(ArmGripperControllerParams):
     n_cubes: int = param("number of coloured cubes on the table", 4)
     real_time_factor: float = param("sim time per wall second; 0 = as fast as possible", 1.0)
     lockstep: bool = param(f"advance physics only on {topics.SIM_STEP} requests", False)
-    state_rate_hz: float = param(f"{topics.JOINT_STATES} rate, Hz of sim time", 250.0)
+    state_rate_hz: float = param(f"{topics.JOINT_STATES} rate, Hz of sim time", STATE_RATE_HZ)
     clock_rate_hz: float = param(f"{topics.CLOCK} rate, Hz of sim time", 500.0)
     scene_state_rate_hz: float = param(f"{topics.SIM_SCENE_STATE} rate, Hz of sim time", 100.0)
     speed_scaling_topic: str = param(
