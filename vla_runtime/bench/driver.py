@@ -89,7 +89,6 @@ class DriverProbe:
     """The stack's side of the driver: publishes commands, records /joint_states and stats."""
 
     def __init__(self, context, joints: list[str], controllers: dict[str, str]):
-
         self.joints = joints
         self.node = RuntimeNode("driver_probe", context=context)
         self.executor = SingleThreadedExecutor(context=context)
@@ -151,7 +150,6 @@ class DriverProbe:
         return sent
 
     def send_width(self, width: float) -> None:
-
         self.gripper.publish(Float64MultiArray(data=[float(width)]))
 
     def fresh_stats(self, timeout: float = 5.0) -> dict:
@@ -272,7 +270,6 @@ def run_bench(seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 1
 
 
 def main() -> int:
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args()

@@ -472,7 +472,6 @@ def _restarts(windows: list[Window], rec: LoopRecorder) -> tuple[list[int], list
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--faults", default=",".join(ALL_FAULTS))
     parser.add_argument("--observe", type=float, default=3.0)

@@ -99,7 +99,6 @@ def run_core(mode: str, delay_s: float, rate_hz: float = 250.0, max_s: float = 8
 
 
 def run_node_jitter(rate_hz: float, tick_source: str, seconds: float) -> dict:
-
     rclpy.init(args=[])
     try:
         node = StreamerNode(

@@ -104,7 +104,6 @@ class McapRosWriter:
     """MCAP file with the ros2 profile; `write(topic, type, cdr_bytes, stamp_ns)`."""
 
     def __init__(self, path: str | Path):
-
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("wb")
@@ -146,7 +145,6 @@ class McapRosWriter:
 
 
 def _import_message(type_name: str):
-
     package, kind, name = type_name.split("/")
     return getattr(importlib.import_module(f"{package}.{kind}"), name)
 

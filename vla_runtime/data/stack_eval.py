@@ -205,7 +205,6 @@ class StackHarness:
     """The stack's processes (started as the launcher starts them) and an observer node."""
 
     def __init__(self, stack: Stack, record_motion: bool = False, echo: bool = False):
-
         self.stack = stack
         self.claim = claim_domain()
         self.procs = Supervisor(node_env(self.claim), f"vla_eval_{stack.name}_", echo)

@@ -165,7 +165,6 @@ class FrankaGripperBridge(RuntimeNode):
         )  # fmt: skip
 
     def _on_result(self, goal: GripperGoal, token: int, future) -> None:
-
         try:
             response = future.result()
         except Exception as exc:

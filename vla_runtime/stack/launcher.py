@@ -31,7 +31,6 @@ class _Monitor:
     """The run monitor node spinning in a thread on the stack's domain."""
 
     def __init__(self, stack: Stack, claim: DomainClaim):
-
         self._context = Context()
         rclpy.init(args=[], context=self._context, domain_id=claim.domain_id)
         self.node = RunMonitor(

@@ -206,7 +206,6 @@ class RunMonitor(RuntimeNode):
         return on_event
 
     def _diagnostics_callback(self, stats: TopicStats, msg_type):
-
         def on_diagnostics(serialized: bytes) -> None:
             self._count(stats)
             msg = deserialize_message(serialized, msg_type)  # a few Hz: decoding is cheap

@@ -49,11 +49,9 @@ class EpisodeClient:
     caller's spin loop."""
 
     def __init__(self, node, driver: str = "sim_driver"):
-
         self._client = node.create_client(SetParameters, f"/{driver}/set_parameters")
 
     def reset(self, seed: int, spin_until, ready_timeout_s: float, call_timeout_s: float):
-
         spin_until(self._client.service_is_ready, ready_timeout_s, "the sim driver")
         value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=int(seed))
         request = SetParameters.Request(parameters=[ParameterMsg(name="episode_seed", value=value)])

@@ -91,7 +91,6 @@ class PolicyServer:
         self.secure = curve_secret is not None
 
     def _enable_curve(self, secret: bytes | str, authorized_clients: str | Path | None) -> None:
-
         secret = secret.encode() if isinstance(secret, str) else secret
         self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
         self._auth.start()
