@@ -58,7 +58,7 @@ class ArmGripperControllerParams(ArmControllerParams):
 
 
 class CommandTopics:
-    """Mixin for an rclpy Node with `self.command` (ArmCommand) and `self._lock`; commands are
+    """Mixin for a RuntimeNode with `self.command` (ArmCommand) and `self._lock`; commands are
     timed on the node's clock (`now_s()`)."""
 
     def _subscribe_commands(self, command_topics: dict[str, str]) -> None:

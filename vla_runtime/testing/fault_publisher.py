@@ -60,6 +60,7 @@ class FaultPublisher:
         """NaN/Inf, far out of range and 0.5 rad steps on /vla/command next to the streamer's."""
         rng = np.random.default_rng(seed)
         names = [*self.robot.joints, self.robot.gripper_joints[0]]
+        opening = max_opening(self.robot)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             q = self.arm().copy()
@@ -67,7 +68,7 @@ class FaultPublisher:
             j = rng.integers(len(q))
             q[j] = (rng.choice([math.nan, math.inf, -math.inf]), rng.choice([-10.0, 10.0]),
                     q[j] + rng.choice([-0.5, 0.5]))[kind]  # fmt: skip
-            msg = JointState(name=names, position=[*map(float, q), max_opening(self.robot)])
+            msg = JointState(name=names, position=[*map(float, q), opening])
             msg.header.stamp = to_time(self.sim_now())
             self.pubs["command"].publish(msg)
             time.sleep(PUBLISH_PERIOD_S)
