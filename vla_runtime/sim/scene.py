@@ -13,7 +13,14 @@ import mujoco
 
 from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.ur5e import build_ur5e_scene
-from vla_runtime.sim.workcell import SceneConfig, add_workcell, compile_scene, configure_spec
+from vla_runtime.sim.workcell import (
+    GRIPPER_ACTUATOR,
+    SceneConfig,
+    add_workcell,
+    compile_scene,
+    configure_hand,
+    configure_spec,
+)
 
 
 def franky_fr3_assets() -> Path:
@@ -38,6 +45,7 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
     # the fingers stalled ~2 cm from a width setpoint; without it they settle on the setpoint.
     for finger in ("finger_joint1", "finger_joint2"):
         spec.joint(finger).frictionloss = 0.0
+    configure_hand(spec.actuator(GRIPPER_ACTUATOR), robot.gripper_max_width)
     # Like the real FR3, whose controller always compensates gravity: without it the position
     # actuators sag by up to ~0.01 rad under the arm's weight.
     for body in spec.body("fr3_link1").find_all(mujoco.mjtObj.mjOBJ_BODY):

@@ -19,10 +19,10 @@ from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
-    GRIPPER_OPEN_CTRL,
     SceneConfig,
     add_workcell,
     compile_scene,
+    configure_hand,
     configure_spec,
 )
 
@@ -150,19 +150,10 @@ def _add_actuators(spec, robot) -> None:
         act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
         act.forcerange = [-EFFORT_LIMITS[i], EFFORT_LIMITS[i]]
         act.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
-    # A spring on the mean finger opening (as the franky-sim hand): ctrl 0..255 maps to a width
-    # 0..GRIPPER_MAX_WIDTH at rest, gain * ctrl = stiffness * opening.
-    stiffness = 100.0
     hand = spec.add_actuator(
         name=GRIPPER_ACTUATOR, target="split", trntype=mujoco.mjtTrn.mjTRN_TENDON
     )
-    hand.gainprm[0] = stiffness * opening_from_width(GRIPPER_MAX_WIDTH) / GRIPPER_OPEN_CTRL
-    hand.biasprm[:3] = [0.0, -stiffness, -10.0]
-    hand.biastype = mujoco.mjtBias.mjBIAS_AFFINE
-    hand.ctrlrange = [0.0, GRIPPER_OPEN_CTRL]
-    hand.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
-    hand.forcerange = [-100.0, 100.0]
-    hand.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
+    configure_hand(hand, GRIPPER_MAX_WIDTH)
 
 
 def build_ur5e_scene(config: SceneConfig) -> tuple[mujoco.MjModel, str]:

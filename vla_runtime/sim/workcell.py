@@ -32,6 +32,13 @@ TABLE_CENTRE_X = 0.35
 FLOOR_Z = -0.75
 GRIPPER_ACTUATOR = "hand"  # every robot's gripper actuator, a spring on the fingers' tendon
 GRIPPER_OPEN_CTRL = 255.0  # the franky-sim "hand" actuator: 0 closed .. 255 fully open
+# The hand squeezes what it closes on with this force per finger (N): the grasp force the real
+# drivers command (core/gripper_intent.py's default). The franky-sim spring (100 N/m on the mean
+# opening) squeezed a 4 cm cube with 1 N when fully closed and with a tenth of that when told
+# 3 cm, so grasps a real hand holds slipped in simulation.
+GRASP_FORCE = 20.0
+HAND_STIFFNESS = 2000.0  # N/m on the mean opening: a 1 cm shortfall already reaches the force
+HAND_DAMPING = 60.0  # N s/m: about critical with the fingers' armature
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,19 @@ def add_workcell(spec: mujoco.MjSpec, config: SceneConfig) -> list[tuple[np.ndar
             fovy=config.wrist_fovy_deg,
         )
     return poses
+
+
+def configure_hand(actuator, max_width: float) -> None:
+    """The gripper actuator (on the fingers' tendon, whose length is the mean opening) as a
+    position servo: ctrl 0..GRIPPER_OPEN_CTRL maps to an opening 0..max_width / 2, its force
+    capped at GRASP_FORCE per finger (the tendon splits its force between the two)."""
+    actuator.gainprm[0] = HAND_STIFFNESS * opening_from_width(max_width) / GRIPPER_OPEN_CTRL
+    actuator.biasprm[:3] = [0.0, -HAND_STIFFNESS, -HAND_DAMPING]
+    actuator.biastype = mujoco.mjtBias.mjBIAS_AFFINE
+    actuator.ctrlrange = [0.0, GRIPPER_OPEN_CTRL]
+    actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+    actuator.forcerange = [-2 * GRASP_FORCE, 2 * GRASP_FORCE]
+    actuator.forcelimited = mujoco.mjtLimited.mjLIMITED_TRUE
 
 
 def gripper_ctrl_per_opening(model: mujoco.MjModel) -> float:
