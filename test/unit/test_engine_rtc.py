@@ -31,19 +31,18 @@ def test_soft_mask_follows_the_paper():
     w = rtc.soft_mask(16, delay=4, execution_horizon=8)
     expected = [1, 1, 1, 1, 0.8, 0.6, 0.4, 0.2] + [0] * 8
     assert torch.allclose(w, torch.tensor(expected, dtype=torch.float32), atol=1e-6)
-    assert rtc.default_execution_horizon(16, 4) == 8
-    assert rtc.default_execution_horizon(16, 12) == 12  # no room for a ramp: s = d
     assert rtc.soft_mask(16, 12, 12)[:12].eq(1).all() and rtc.soft_mask(16, 12, 12)[12:].eq(0).all()
 
 
-def test_guidance_without_the_exact_jacobian_steers_only_the_frozen_prefix():
-    plan = torch.zeros(4, 8)
-    exact = rtc.make_guidance(plan, 16)
-    assert exact.weights[4:8].gt(0).all()  # the paper's ramp toward the old plan
-    approximate = rtc.make_guidance(plan, 16, exact_vjp=False)
-    assert approximate.weights[:4].eq(1).all() and approximate.weights[4:].eq(0).all()
-    late = rtc.make_guidance(torch.zeros(12, 8), 16, exact_vjp=False)  # d > H - d
+def test_guidance_steers_only_the_actions_of_the_plan():
+    """The plan ends where the new chunk takes over: no ramp pulls the next actions toward the
+    plan's last one held."""
+    guidance = rtc.make_guidance(torch.zeros(4, 8), 16)
+    assert guidance.weights[:4].eq(1).all() and guidance.weights[4:].eq(0).all()
+    late = rtc.make_guidance(torch.zeros(12, 8), 16)  # d > H - d
     assert late.weights[:12].eq(1).all() and late.weights[12:].eq(0).all()
+    ramp = rtc.make_guidance(torch.zeros(4, 8), 16, execution_horizon=8)  # the paper's, on request
+    assert torch.equal(ramp.weights, rtc.soft_mask(16, 4, 8))
 
 
 def test_guidance_weight_schedule():
@@ -95,8 +94,8 @@ def test_torch_guidance_makes_the_prefix_follow_the_plan(checkpoint, mode):
     assert guided.info["rtc_delay"] == 5 and guided.info["rtc_exact_vjp"] == 1.0
     assert "rtc_boundary_jump" in guided.info
     assert np.abs(guided.actions[:5] - plan).max() == pytest.approx(guided.info["rtc_prefix_err"])
-    # beyond the ramp (i >= H - s = 8) the mask is zero: guidance must not pin the tail
-    assert np.abs(guided.actions[8:] - plan[-1]).max() > guided.info["rtc_prefix_err"]
+    # beyond the plan the mask is zero: guidance must not pin the tail to its last action
+    assert np.abs(guided.actions[5:] - plan[-1]).max() > guided.info["rtc_prefix_err"]
 
 
 def test_candidate_closest_to_the_plan_is_chosen(checkpoint):
@@ -107,7 +106,7 @@ def test_candidate_closest_to_the_plan_is_chosen(checkpoint):
     chunk = policy.infer(obs, plan=plan)
     policy.reseed(8)
     candidates = policy.sample_candidates(obs, 4, plan=plan)
-    weights = rtc.soft_mask(16, 3, 8).numpy()[:, None]
+    weights = rtc.soft_mask(16, 3, 13).numpy()[:, None]
     target = np.concatenate([plan, np.repeat(plan[-1:], 13, axis=0)])
     costs = [(weights * np.abs(c - target)).sum() for c in candidates]
     assert np.allclose(chunk.actions, candidates[int(np.argmin(costs))], atol=1e-5)

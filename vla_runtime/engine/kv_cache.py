@@ -206,9 +206,7 @@ class CachedPolicy(ABC):
         info.update({f"vision_similarity_{name}": v for name, v in similarities.items()})
         best = 0
         if plan_norm is not None:
-            guidance = rtc.make_guidance(
-                plan_norm, self.spec.chunk_len, exact_vjp=self.differentiable
-            )
+            guidance = rtc.make_guidance(plan_norm, self.spec.chunk_len)
             cost = (guidance.weights[None, :, None] * (normalised - guidance.target).abs()).sum(
                 dim=(1, 2)
             )
@@ -359,7 +357,7 @@ class CachedPolicy(ABC):
 
         guidance = None
         if plan_norm is not None:
-            guidance = rtc.make_guidance(plan_norm, spec.chunk_len, exact_vjp=self.differentiable)
+            guidance = rtc.make_guidance(plan_norm, spec.chunk_len)
         actions = rtc.denoise(velocity, start, tau0, steps, guidance, self.differentiable)
         return actions, level, steps
 

@@ -7,8 +7,9 @@ while this inference happens, continued by holding its last action) each step do
     A <- A + dtau (v + beta(tau) g),  beta(tau) = min(beta_max, (tau^2 + (1-tau)^2) / (tau (1-tau)))
 
 with the soft mask W: 1 on the first d (frozen) actions, a linear ramp down to 0 at H - s, 0
-after. g is the exact vector-Jacobian product through the action expert (torch.autograd) when
-the back end is differentiable; otherwise dA1/dA is approximated by the identity (g = e).
+after (by default s = H - d: no ramp, see `make_guidance`). g is the exact vector-Jacobian
+product through the action expert (torch.autograd) when the back end is differentiable;
+otherwise dA1/dA is approximated by the identity (g = e).
 beta_max = 1 / dtau (10 for 10 steps, the paper's value) so one guided step cannot overshoot.
 """
 
@@ -22,11 +23,6 @@ import numpy as np
 import torch
 
 VelocityFn = Callable[[torch.Tensor, float], torch.Tensor]
-
-
-def default_execution_horizon(horizon: int, delay: int) -> int:
-    """s with d <= s <= H - d when possible: half the chunk, as the paper's experiments use."""
-    return min(max(delay, horizon // 2), max(horizon - delay, delay))
 
 
 def soft_mask(horizon: int, delay: int, execution_horizon: int) -> torch.Tensor:
@@ -51,21 +47,18 @@ class Guidance:
     delay: int
 
 
-def make_guidance(
-    plan: torch.Tensor, horizon: int, execution_horizon: int | None = None, exact_vjp: bool = True
-):
-    """plan (d, A) normalised -> Guidance over a chunk of `horizon` actions. Without the exact
-    vector-Jacobian product the soft ramp is left out (s = H - d): with the identity in its
-    place, guidance on the ramp overwrites the policy's own next actions with the old plan's
-    instead of steering the flow toward a continuation, and the arm keeps following a stale
-    plan; only the frozen prefix, which runs before the chunk arrives, is steered."""
+def make_guidance(plan: torch.Tensor, horizon: int, execution_horizon: int | None = None):
+    """plan (d, A) normalised -> Guidance over a chunk of `horizon` actions. The plan holds only
+    the actions that run while the chunk is computed, so the new chunk has nothing to follow
+    after them: by default (s = H - d) only that frozen prefix is steered, and the flow, with the
+    exact vector-Jacobian product, makes the rest continue from it. The paper's soft ramp
+    (a given s < H - d) steers the next actions toward the plan's last one held, which stops the
+    arm on every chunk: with replanning every few actions it ran mostly those."""
     delay = plan.shape[0]
-    if execution_horizon is None and not exact_vjp:
-        execution_horizon = max(horizon - delay, delay)
     held = plan[-1:].expand(horizon - delay, -1)
     target = torch.cat([plan, held], dim=0).unsqueeze(0)
     if execution_horizon is None:
-        s = default_execution_horizon(horizon, delay)
+        s = max(horizon - delay, delay)
     elif delay <= execution_horizon <= horizon:
         s = execution_horizon
     else:
