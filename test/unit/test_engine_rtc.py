@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ import torch
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine import rtc
 from vla_runtime.engine.checkpoint import random_checkpoint
-from vla_runtime.engine.onnx_backend import OrtPolicy
+from vla_runtime.engine.onnx_backend import MANIFEST, OrtPolicy, export_onnx
 from vla_runtime.engine.policy import Observation
 from vla_runtime.engine.torch_backend import TorchPolicy
 
@@ -63,12 +65,12 @@ def test_guided_step_uses_the_vector_jacobian_product():
         return a @ mixing
 
     # one step from tau 0: dtau = 1, beta = beta_max = 1
-    out = rtc.denoise(velocity, a0, 0.0, 1, guidance, exact_vjp=True)
+    out = rtc.denoise(velocity, a0, 0.0, 1, guidance, rtc.autograd_step(velocity))
     jacobian = torch.eye(3) + mixing  # d(a + v)/da, applied on the right
     error = guidance.weights[None, :, None] * (guidance.target - a0 @ jacobian)
     expected = a0 + a0 @ mixing + error @ jacobian.T
     assert torch.allclose(out, expected, atol=1e-5)
-    approx = rtc.denoise(velocity, a0, 0.0, 1, guidance, exact_vjp=False)
+    approx = rtc.denoise(velocity, a0, 0.0, 1, guidance, rtc.identity_step(velocity))
     assert torch.allclose(approx, a0 + a0 @ mixing + error, atol=1e-5)
 
 
@@ -113,8 +115,28 @@ def test_candidate_closest_to_the_plan_is_chosen(checkpoint):
     assert chunk.info["candidates"] == 4
 
 
-def test_ort_guidance_with_identity_jacobian(checkpoint, tmp_path):
-    policy = OrtPolicy.from_checkpoint(checkpoint, cache_dir=tmp_path, threads=1)
+def test_ort_guidance_is_the_exact_product(checkpoint, tmp_path):
+    """The exported expert_guided graph steers like torch.autograd: the same guided chunk."""
+    ort_policy = OrtPolicy.from_checkpoint(checkpoint, cache_dir=tmp_path, threads=1)
+    torch_policy = TorchPolicy(checkpoint)
+    obs = observation(3)
+    plan = _plan(torch_policy, obs)
+    chunks = []
+    for policy in (torch_policy, ort_policy):
+        policy.reseed(5)
+        chunks.append(policy.infer(obs, plan=plan))
+    print(f"prefix err torch {chunks[0].info['rtc_prefix_err']:.4f}, "
+          f"ORT {chunks[1].info['rtc_prefix_err']:.4f}")  # fmt: skip
+    assert chunks[1].info["rtc_exact_vjp"] == 1.0
+    assert np.abs(chunks[0].actions - chunks[1].actions).max() < 1e-3
+
+
+def test_ort_export_without_the_guided_graph_uses_the_identity(checkpoint, tmp_path):
+    directory = export_onnx(checkpoint, tmp_path)
+    manifest = json.loads((directory / MANIFEST).read_text())
+    del manifest["files"]["expert_guided"]
+    (directory / MANIFEST).write_text(json.dumps(manifest))
+    policy = OrtPolicy(directory, threads=1)
     obs = observation(3)
     plan = _plan(policy, obs)
     policy.reseed(5)
@@ -124,3 +146,6 @@ def test_ort_guidance_with_identity_jacobian(checkpoint, tmp_path):
     print(f"ORT: prefix err unguided {free_err:.3f}, guided {guided.info['rtc_prefix_err']:.3f}")
     assert guided.info["rtc_exact_vjp"] == 0.0
     assert guided.info["rtc_prefix_err"] < 0.25 * free_err
+    # export_onnx treats that directory as an older export and writes it again, complete
+    assert export_onnx(checkpoint, tmp_path) == directory
+    assert "expert_guided" in json.loads((directory / MANIFEST).read_text())["files"]

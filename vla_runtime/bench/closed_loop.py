@@ -5,9 +5,8 @@ lognormal with median 80 ms and 5 % spikes of 400-800 ms; engine parameter `infe
 on each task, three arms run the same seeds through the full sim stack in real time:
 
 - `async_rtc`: the streamer overlaps inference with execution and drops the stale prefix, the
-  engine inpaints the chunk's first actions to follow the remaining plan (real-time chunking),
-  on the torch back end: its guidance uses the exact vector-Jacobian product, where ONNX
-  Runtime (no autograd) can only use the identity;
+  engine inpaints the chunk's first actions to follow the remaining plan (real-time chunking,
+  the exact vector-Jacobian product through the exported guided-step graph);
 - `async`: the same without guidance;
 - `sync`: the baseline that waits for each chunk and runs it whole.
 
@@ -36,7 +35,7 @@ DELAYS = {
     "heavy": "lognormal:0.08:0.05:0.4:0.8",
 }
 ARMS = {
-    "async_rtc": {"stream_mode": "async", "plan_guidance": True, "backend": "torch"},
+    "async_rtc": {"stream_mode": "async", "plan_guidance": True},
     "async": {"stream_mode": "async", "plan_guidance": False},
     "sync": {"stream_mode": "sync", "plan_guidance": False},
 }

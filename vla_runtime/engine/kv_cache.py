@@ -82,7 +82,7 @@ class PreviousChunk:
 class CachedPolicy(ABC):
     """The Policy protocol on top of back-end stages, holding the caches across calls."""
 
-    differentiable = False  # True when `velocity` supports autograd (exact RTC guidance)
+    exact_guidance = False  # True when `guided_step` is the exact vector-Jacobian product
 
     def __init__(
         self,
@@ -128,6 +128,11 @@ class CachedPolicy(ABC):
 
     @abstractmethod
     def velocity(self, actions, tau, prefix_kv, prefix_bias) -> torch.Tensor: ...
+
+    def guided_step(self, velocity, prefix_kv, prefix_bias) -> rtc.GuidedStepFn:
+        """One guided flow step (RTC) over `velocity`; this default approximates the action
+        expert's Jacobian by the identity."""
+        return rtc.identity_step(velocity)
 
     def expand_prefix(self, kv: torch.Tensor, count: int) -> torch.Tensor:
         """Share one prefix KV across `count` candidates (a view; no recomputation)."""
@@ -220,7 +225,7 @@ class CachedPolicy(ABC):
             raise PolicyError("the model produced non-finite actions; no chunk")
         if plan is not None and plan_norm is not None:
             info.update(_plan_mismatch(chunks[best], np.asarray(plan, np.float32)))
-            info["rtc_exact_vjp"] = float(self.differentiable)
+            info["rtc_exact_vjp"] = float(self.exact_guidance)
         self._previous = PreviousChunk(
             observation.instruction,
             observation.stamp,
@@ -355,10 +360,11 @@ class CachedPolicy(ABC):
             taus = torch.full((count,), tau, dtype=torch.float32, device=self.device)
             return self.velocity(actions, taus, kv, bias)
 
-        guidance = None
+        guidance = guided = None
         if plan_norm is not None:
             guidance = rtc.make_guidance(plan_norm, spec.chunk_len)
-        actions = rtc.denoise(velocity, start, tau0, steps, guidance, self.differentiable)
+            guided = self.guided_step(velocity, kv, bias)
+        actions = rtc.denoise(velocity, start, tau0, steps, guidance, guided)
         return actions, level, steps
 
     # ---- input checks -------------------------------------------------------------------------

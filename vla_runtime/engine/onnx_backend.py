@@ -15,6 +15,9 @@ state_embed.onnx   in:  state [B, S] (normalised)
 expert_step.onnx   in:  noisy_actions [B, H, A], tau [B], prefix_kv [L, 2, B, nh, P, hd],
                         prefix_bias [B, P]
                    out: velocity [B, H, A]
+expert_guided.onnx in:  noisy_actions [1, H, A], tau [1], prefix_kv [L, 2, 1, nh, P, hd],
+                        prefix_bias [1, P], target [1, H, A], weights [1, H, 1]
+                   out: velocity [1, H, A], guidance [1, H, A]
 
 KV index 1 is 0 = keys, 1 = values. Lt = max_text_len (BOS + UTF-8 bytes, PAD = 257), Nv =
 tokens per camera, P = Lt + C*Nv + 1. prefix_block has two more dynamic axes: T (Nv for a
@@ -26,6 +29,11 @@ normalisation, so a back end can run from the directory alone.
 One inference = instruction (cached per instruction) -> per camera vision + prefix_block
 (past = text KV) -> state_embed + prefix_block (past = text + cameras) -> N x expert_step,
 with A <- A + velocity / N from Gaussian noise at tau = 0.
+
+expert_guided is one real-time-chunking step (engine/rtc.py): the velocity and g = J^T e, e =
+W (Y - A1), A1 = A + (1 - tau) v, through the action expert's exact vector-Jacobian product.
+ONNX Runtime has no autograd, so the product is traced once (torch.func.vjp under make_fx,
+decomposed into core ATen ops) and exported as a plain graph; batch 1 (one call per candidate).
 """
 
 from __future__ import annotations
@@ -42,7 +50,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 from torch import nn
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from vla_runtime.engine import rtc
 from vla_runtime.engine.checkpoint import Checkpoint, Normalization, model_hash
 from vla_runtime.engine.kv_cache import CachedPolicy
 from vla_runtime.engine.model import ModelConfig, VLAModel
@@ -50,7 +62,8 @@ from vla_runtime.engine.policy import PolicySpec
 
 OPSET = 17
 MANIFEST = "manifest.json"
-FILES = ("instruction", "vision", "prefix_block", "state_embed", "expert_step")
+FILES = ("instruction", "vision", "prefix_block", "state_embed", "expert_step", "expert_guided")
+FORMAT = 2  # manifests of another format (an older export) are exported again
 
 
 def engine_cache_root() -> Path:
@@ -103,6 +116,17 @@ def _io_table(cfg: ModelConfig, spec: PolicySpec) -> dict:
             },
             "outputs": {"velocity": ["B", h, a]},
         },
+        "expert_guided": {
+            "inputs": {
+                "noisy_actions": [1, h, a],
+                "tau": [1],
+                "prefix_kv": [cfg.layers, 2, 1, cfg.heads, p, cfg.head_dim],
+                "prefix_bias": [1, p],
+                "target": [1, h, a],
+                "weights": [1, h, 1],
+            },
+            "outputs": {"velocity": [1, h, a], "guidance": [1, h, a]},
+        },
     }
 
 
@@ -128,6 +152,14 @@ def _example_inputs(cfg: ModelConfig) -> dict[str, tuple]:
             kv(p),
             torch.zeros(1, p),
         ),
+        "expert_guided": (
+            torch.zeros(1, cfg.chunk_len, cfg.action_dim),
+            torch.full((1,), 0.5),
+            kv(p),
+            torch.zeros(1, p),
+            torch.zeros(1, cfg.chunk_len, cfg.action_dim),
+            torch.ones(1, cfg.chunk_len, 1),
+        ),
     }
 
 
@@ -140,11 +172,33 @@ _METHODS = {
 }
 
 
+# Core ATen ops the TorchScript-based exporter has no symbolic for, decomposed further.
+_EXPORT_DECOMPOSED = [torch.ops.aten._softmax, torch.ops.aten.native_layer_norm]
+
+
+def guided_step_graph(model: VLAModel, examples: tuple) -> torch.fx.GraphModule:
+    """expert_guided as an FX graph of core ATen ops (forward and backward of the expert), which
+    the TorchScript-based exporter can write like any other graph."""
+
+    def step(actions, tau, prefix_kv, prefix_bias, target, weights):
+        v, pullback = torch.func.vjp(
+            lambda a: model.velocity(a, tau, prefix_kv, prefix_bias), actions
+        )
+        keep = (1.0 - tau)[:, None, None]
+        error = weights * (target - (actions + keep * v))
+        (jt_error,) = pullback(error)
+        return v, error + keep * jt_error
+
+    table = {**core_aten_decompositions(), **get_decompositions(_EXPORT_DECOMPOSED)}
+    with sdpa_kernel(SDPBackend.MATH):  # attention as matmuls and softmax, backward included
+        return make_fx(step, decomposition_table=table)(*examples)
+
+
 def export_onnx(checkpoint: Checkpoint, cache_dir: str | Path | None = None) -> Path:
     """Export every stage (once per model hash) and return the directory."""
     root = Path(cache_dir) if cache_dir is not None else engine_cache_root()
     target = root / f"onnx-{model_hash(checkpoint)}"
-    if (target / MANIFEST).is_file():
+    if _complete(target):
         return target
     cfg, spec = checkpoint.config, checkpoint.spec
     model = checkpoint.model
@@ -162,10 +216,14 @@ def export_onnx(checkpoint: Checkpoint, cache_dir: str | Path | None = None) -> 
                 tensor: {i: axis for i, axis in enumerate(shape) if isinstance(axis, str)}
                 for tensor, shape in {**io["inputs"], **io["outputs"]}.items()
             }
+            if name == "expert_guided":
+                module = guided_step_graph(model, examples[name])
+            else:
+                module = _Stage(model, _METHODS[name])
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # legacy-exporter deprecation and tracer notes
                 torch.onnx.export(
-                    _Stage(model, _METHODS[name]),
+                    module,
                     examples[name],
                     str(staging / f"{name}.onnx"),
                     input_names=list(io["inputs"]),
@@ -175,7 +233,7 @@ def export_onnx(checkpoint: Checkpoint, cache_dir: str | Path | None = None) -> 
                     dynamo=False,
                 )
         manifest = {
-            "format": 1,
+            "format": FORMAT,
             "opset": OPSET,
             "files": {name: f"{name}.onnx" for name in FILES},
             "io": table,
@@ -184,14 +242,24 @@ def export_onnx(checkpoint: Checkpoint, cache_dir: str | Path | None = None) -> 
             "normalization": checkpoint.normalization.to_dict(),
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        if target.exists() and not _complete(target):
+            shutil.rmtree(target, ignore_errors=True)  # an older format's export
         try:
             staging.rename(target)
         except OSError:  # another process exported the same model meanwhile
-            if not (target / MANIFEST).is_file():
+            if not _complete(target):
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _complete(directory: Path) -> bool:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return manifest.get("format") == FORMAT and set(manifest.get("files", {})) == set(FILES)
 
 
 def default_providers(device: str) -> list:
@@ -208,8 +276,9 @@ def default_providers(device: str) -> list:
 
 class OrtPolicy(CachedPolicy):
     """The exported stages run by ONNX Runtime, with the same caches and compute modes as the
-    torch back end. RTC guidance approximates the action expert's Jacobian by the identity
-    (ORT has no autograd), which `ActionChunk.info["rtc_exact_vjp"] = 0` reports."""
+    torch back end; RTC guidance runs the exported exact vector-Jacobian product
+    (expert_guided), or approximates the Jacobian by the identity for a directory exported
+    without it (`ActionChunk.info["rtc_exact_vjp"]` says which)."""
 
     def __init__(
         self,
@@ -234,6 +303,7 @@ class OrtPolicy(CachedPolicy):
             )
             for name, file in manifest["files"].items()
         }
+        self.exact_guidance = "expert_guided" in self.sessions
         super().__init__(
             PolicySpec.from_dict(manifest["spec"]),
             ModelConfig(**manifest["model"]),
@@ -248,8 +318,11 @@ class OrtPolicy(CachedPolicy):
         return cls(export_onnx(checkpoint, cache_dir), **kwargs)
 
     def _run(self, name: str, **inputs) -> torch.Tensor:
+        return self._run_many(name, **inputs)[0]
+
+    def _run_many(self, name: str, **inputs) -> list[torch.Tensor]:
         feeds = {k: np.ascontiguousarray(v.numpy()) for k, v in inputs.items()}
-        return torch.from_numpy(self.sessions[name].run(None, feeds)[0])
+        return [torch.from_numpy(out) for out in self.sessions[name].run(None, feeds)]
 
     def instruction_kv(self, text_ids):
         return self._run("instruction", text_ids=text_ids)
@@ -271,6 +344,27 @@ class OrtPolicy(CachedPolicy):
             prefix_kv=prefix_kv,
             prefix_bias=prefix_bias,
         )
+
+    def guided_step(self, velocity, prefix_kv, prefix_bias):
+        if not self.exact_guidance:
+            return rtc.identity_step(velocity)
+
+        def step(a, tau, target, weights):
+            rows = [
+                self._run_many(
+                    "expert_guided",
+                    noisy_actions=a[b : b + 1],
+                    tau=torch.full((1,), tau),
+                    prefix_kv=prefix_kv[:, :, b : b + 1],
+                    prefix_bias=prefix_bias[b : b + 1],
+                    target=target[min(b, len(target) - 1)][None],
+                    weights=weights,
+                )
+                for b in range(len(a))  # the graph has batch 1: one call per candidate
+            ]
+            return tuple(torch.cat([row[i] for row in rows]) for i in range(2))
+
+        return step
 
     def expand_prefix(self, kv: torch.Tensor, count: int) -> torch.Tensor:
         # ORT needs contiguous buffers: materialise the shared prefix once per call, not per step

@@ -7,9 +7,10 @@ while this inference happens, continued by holding its last action) each step do
     A <- A + dtau (v + beta(tau) g),  beta(tau) = min(beta_max, (tau^2 + (1-tau)^2) / (tau (1-tau)))
 
 with the soft mask W: 1 on the first d (frozen) actions, a linear ramp down to 0 at H - s, 0
-after (by default s = H - d: no ramp, see `make_guidance`). g is the exact vector-Jacobian
-product through the action expert (torch.autograd) when the back end is differentiable;
-otherwise dA1/dA is approximated by the identity (g = e).
+after (by default s = H - d: no ramp, see `make_guidance`). A back end supplies the guided step
+(v, g): the exact vector-Jacobian product through the action expert (`autograd_step` on torch,
+an exported graph of the same on ONNX Runtime), or `identity_step`, which approximates dA1/dA
+by the identity (g = e).
 beta_max = 1 / dtau (10 for 10 steps, the paper's value) so one guided step cannot overshoot.
 """
 
@@ -23,6 +24,8 @@ import numpy as np
 import torch
 
 VelocityFn = Callable[[torch.Tensor, float], torch.Tensor]
+# (A, tau, target Y, weights W (1, H, 1)) -> (v, g) of one guided step
+GuidedStepFn = Callable[[torch.Tensor, float, torch.Tensor, torch.Tensor], tuple]
 
 
 def soft_mask(horizon: int, delay: int, execution_horizon: int) -> torch.Tensor:
@@ -66,35 +69,53 @@ def make_guidance(plan: torch.Tensor, horizon: int, execution_horizon: int | Non
     return Guidance(target, soft_mask(horizon, delay, s).to(plan.device), delay)
 
 
+def autograd_step(velocity: VelocityFn) -> GuidedStepFn:
+    """The guided step with the exact vector-Jacobian product (torch.autograd)."""
+
+    def step(a, tau, target, weights):
+        with torch.enable_grad():
+            leaf = a.detach().requires_grad_(True)
+            v = velocity(leaf, tau)
+            a1 = leaf + (1.0 - tau) * v
+            error = weights * (target - a1)
+            (g,) = torch.autograd.grad(a1, leaf, grad_outputs=error.detach())
+        return v.detach(), g
+
+    return step
+
+
+def identity_step(velocity: VelocityFn) -> GuidedStepFn:
+    """The guided step with dA1/dA approximated by the identity: g = e."""
+
+    def step(a, tau, target, weights):
+        v = velocity(a, tau)
+        return v, weights * (target - (a + (1.0 - tau) * v))
+
+    return step
+
+
 def denoise(
     velocity: VelocityFn,
     actions: torch.Tensor,
     tau0: float,
     steps: int,
     guidance: Guidance | None = None,
-    exact_vjp: bool = True,
+    guided_step: GuidedStepFn | None = None,
 ) -> torch.Tensor:
-    """Integrate A from tau0 to 1 in `steps` Euler steps; guided when `guidance` is given."""
+    """Integrate A from tau0 to 1 in `steps` Euler steps; guided when `guidance` is given, by
+    `guided_step` (default: the exact product through `velocity` with autograd)."""
     dtau = (1.0 - tau0) / steps
     beta_max = 1.0 / dtau
     a = actions
+    if guidance is not None:
+        guided_step = guided_step or autograd_step(velocity)
+        weights = guidance.weights[None, :, None]
     for k in range(steps):
         tau = tau0 + k * dtau
         if guidance is None:
             a = a + dtau * velocity(a, tau)
             continue
-        weights = guidance.weights[None, :, None]
-        if exact_vjp:
-            with torch.enable_grad():
-                leaf = a.detach().requires_grad_(True)
-                v = velocity(leaf, tau)
-                a1 = leaf + (1.0 - tau) * v
-                error = weights * (guidance.target - a1)
-                (g,) = torch.autograd.grad(a1, leaf, grad_outputs=error.detach())
-            v = v.detach()
-        else:
-            v = velocity(a, tau)
-            g = weights * (guidance.target - (a + (1.0 - tau) * v))
+        v, g = guided_step(a, tau, guidance.target, weights)
         a = (a + dtau * (v + guidance_weight(tau, beta_max) * g)).detach()
     return a
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vla_runtime.engine import rtc
 from vla_runtime.engine.checkpoint import Checkpoint
 from vla_runtime.engine.kv_cache import CachedPolicy
 from vla_runtime.engine.model import VLAModel, tokenize
 
 
 class TorchPolicy(CachedPolicy):
-    differentiable = True
+    exact_guidance = True
 
     def __init__(self, checkpoint: Checkpoint, device: str = "cpu", seed: int = 0, **options):
         self.model = checkpoint.model.to(device).eval().requires_grad_(False)
@@ -38,6 +39,9 @@ class TorchPolicy(CachedPolicy):
 
     def velocity(self, actions, tau, prefix_kv, prefix_bias):
         return self.model.velocity(actions, tau, prefix_kv, prefix_bias)
+
+    def guided_step(self, velocity, prefix_kv, prefix_bias):
+        return rtc.autograd_step(velocity)
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
