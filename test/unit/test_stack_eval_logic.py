@@ -66,6 +66,19 @@ def test_summary_rates_and_totals():
     assert s["milestones_s"] == {}
 
 
+def test_guidance_shares_and_prefix_figures():
+    guided = _record(1, True, {"accept": 3}, infer=(30.0, 30.0, 30.0))
+    guided.guided_steps, guided.guidance_prefix_err = [0, 6, 8], [0.02, 0.04]
+    plain = _record(2, True, {"accept": 1}, infer=(30.0,))
+    plain.guided_steps = [0]
+    g = summarise("pick", [guided, plain], {})["guidance"]
+    assert g["guided_fraction"] == pytest.approx(2 / 4)
+    assert g["steps_p50"] == 7.0 and g["prefix_err_p50"] == pytest.approx(0.03)
+    assert summarise("pick", [plain], {})["guidance"] == {
+        "guided_fraction": 0.0, "steps_p50": None, "prefix_err_p50": None,
+    }  # fmt: skip
+
+
 def test_milestones_keep_first_times_and_summarise_shares_and_medians():
     first: dict = {}
     first_times(first, ["at_cube"], 1.0)

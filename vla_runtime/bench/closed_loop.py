@@ -42,7 +42,7 @@ ARMS = {
 TASKS = ("dynamic_reach", "pick")
 KEPT = (
     "success_rate", "stale_executed", "stale_dropped", "executed_actions", "veto_rate",
-    "vetoes_by_reason", "retimed_chunks", "hold_s", "inference_rate_hz", "episodes",
+    "vetoes_by_reason", "retimed_chunks", "hold_s", "inference_rate_hz", "guidance", "episodes",
 )  # fmt: skip
 
 

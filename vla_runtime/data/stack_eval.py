@@ -89,6 +89,10 @@ class EpisodeRecord:
     capture_to_chunk_ms: list = field(default_factory=list)
     camera_age_ms: list = field(default_factory=list)
     check_ms: list = field(default_factory=list)
+    # Per guided chunk (real-time chunking): actions steered toward the plan, and how far the
+    # steered prefix ended from it (normalised action units).
+    guided_steps: list = field(default_factory=list)
+    guidance_prefix_err: list = field(default_factory=list)
     engine_errors: int = 0
     streamer: dict = field(default_factory=dict)
     driver_events: dict = field(default_factory=dict)
@@ -158,6 +162,11 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
                 "p50": _median([s.get("delay_ms_p50") for s in streamer]),
             },
         },
+        "guidance": _guidance(
+            [x for r in records for x in r.guided_steps],
+            len(infer),
+            [x for r in records for x in r.guidance_prefix_err],
+        ),
         "driver_events": _merge_counts(r.driver_events for r in records),
         "incidents": [
             {"seed": r.seed, "outcome": r.outcome, "reason": r.reason}
@@ -167,6 +176,17 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         "milestones_s": summarise_milestones([r.milestones_s for r in records]),
         "failed_seeds": [r.seed for r in records if not r.success],
         **settings,
+    }
+
+
+def _guidance(steps: list, chunks: int, prefix_err: list) -> dict:
+    """Share of chunks that were steered toward the plan, and the steered prefix's length and
+    error (p50)."""
+    guided = [s for s in steps if s > 0]
+    return {
+        "guided_fraction": len(guided) / chunks if chunks else None,
+        "steps_p50": float(np.median(guided)) if guided else None,
+        "prefix_err_p50": float(np.median(prefix_err)) if prefix_err else None,
     }
 
 
@@ -445,6 +465,9 @@ def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: flo
         if level == 0 and "infer_ms" in values:
             record.engine_infer_ms.append(float(values["infer_ms"]))
             record.capture_to_chunk_ms.append(float(values["latency_ms"]))
+            record.guided_steps.append(int(float(values.get("guided_steps", 0))))
+            if "rtc_prefix_err" in values:
+                record.guidance_prefix_err.append(float(values["rtc_prefix_err"]))
             for key, value in values.items():
                 if key.endswith("_age_ms") and key != "state_age_ms":
                     record.camera_age_ms.append(float(value))
