@@ -1,7 +1,9 @@
+import time
+
 import pytest
 
 from vla_runtime.core.threads import default_threads, thread_env
-from vla_runtime.stack.isolation import claim_domain
+from vla_runtime.stack.isolation import claim_domain, domains_in_use
 
 
 def test_claims_are_exclusive_and_released():
@@ -36,6 +38,12 @@ def test_domain_of_a_live_process_is_skipped():
     env = dict(os.environ, ROS_DOMAIN_ID=str(free))
     squatter = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
     try:
+        # Popen returns once exec began; /proc/<pid>/environ shows the new environment a moment
+        # later (the kernel sets it up after closing the descriptors Popen waits on).
+        deadline = time.monotonic() + 10.0
+        while free not in domains_in_use() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert free in domains_in_use()
         with claim_domain() as claim:
             assert claim.domain_id != free
     finally:
