@@ -373,3 +373,42 @@ def test_ur5e_protective_stop():
     assert sim.set_gripper(0.01).startswith("protective_stop")
     sim.recover()
     assert sim.set_trajectory(arm(sim), [goal.tolist()], [0.1]) is None  # 2 rad/s
+
+
+@pytest.mark.parametrize("lookahead_periods, trips", [(3, True), (5, True), (6, False)])
+def test_one_point_stream_through_a_stalled_command_intake(sim, lookahead_periods, trips):
+    """The safety gate streams one-point trajectories, each reached `lookahead` periods after
+    it is taken, at up to 90 % of the velocity limit. When the arm's command intake stalls
+    (a loaded host: 5 periods here) for longer than the lookahead, the setpoint reaches the last
+    target and holds; the commands queued meanwhile are then taken at once, and the last of
+    them must close the whole gap within the lookahead: 6 periods of motion in 3 (twice the
+    gate's speed) or in 5 (1.2 x) trip the reflex; a lookahead of 6 periods outlasts the stall
+    and the stream keeps its speed."""
+    from vla_runtime.core.safety.gate import CommandGate, GateConfig
+
+    period = 0.01
+    gate = CommandGate(FR3, GateConfig(control_period_s=period))
+    home = np.array(sim.robot.home)
+    now = sim.time
+    gate.update_state(sim.arm_positions, now)
+    assert gate.command(home, None, now, now)
+    target = home + one_joint(1.5)
+    lookahead = lookahead_periods * period
+    queued, reason, stall_speed = [], None, 0.0
+    for tick in range(60):
+        now = sim.time
+        gate.update_state(sim.arm_positions, now)
+        gate.command(target, None, now, now)
+        queued.append(gate.tick(now).arm.tolist())
+        if tick == 30:
+            stall_speed = abs(gate.velocity[J2])
+        if not 30 <= tick < 35:  # ticks 30-34: nothing reaches the arm
+            for point in queued:  # taken back to back, as a starved subscriber takes them
+                reason = reason or sim.set_trajectory(arm(sim), [point], [lookahead])
+            queued = []
+        run_for(sim, period)
+    assert stall_speed > 0.85 * V_LIMIT[J2]  # cruising at the gate's limit when it stalls
+    if trips:
+        assert reason is not None and reason.startswith("joint_velocity_violation: fr3_joint2")
+    else:
+        assert reason is None
