@@ -16,6 +16,7 @@ from vla_runtime.core.motion_limits import (
     worst_violation,
 )
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.gate import CommandGate, GateConfig
 from vla_runtime.core.trajectory import TrajectorySampler
 from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import SceneConfig
@@ -384,8 +385,6 @@ def test_one_point_stream_through_a_stalled_command_intake(sim, lookahead_period
     them must close the whole gap within the lookahead: 6 periods of motion in 3 (twice the
     gate's speed) or in 5 (1.2 x) trip the reflex; a lookahead of 6 periods outlasts the stall
     and the stream keeps its speed."""
-    from vla_runtime.core.safety.gate import CommandGate, GateConfig
-
     period = 0.01
     gate = CommandGate(FR3, GateConfig(control_period_s=period))
     home = np.array(sim.robot.home)
