@@ -89,8 +89,8 @@ class EpisodeRecord:
     capture_to_chunk_ms: list = field(default_factory=list)
     camera_age_ms: list = field(default_factory=list)
     check_ms: list = field(default_factory=list)
-    # Per guided chunk (real-time chunking): actions steered toward the plan, and how far the
-    # steered prefix ended from it (normalised action units).
+    # Per chunk: actions real-time-chunking guidance steered toward the plan (0: none); per
+    # steered chunk: how far its prefix ended from the plan (normalised action units).
     guided_steps: list = field(default_factory=list)
     guidance_prefix_err: list = field(default_factory=list)
     engine_errors: int = 0
@@ -164,7 +164,6 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         },
         "guidance": _guidance(
             [x for r in records for x in r.guided_steps],
-            len(infer),
             [x for r in records for x in r.guidance_prefix_err],
         ),
         "driver_events": _merge_counts(r.driver_events for r in records),
@@ -179,14 +178,14 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
     }
 
 
-def _guidance(steps: list, chunks: int, prefix_err: list) -> dict:
+def _guidance(steps: list, prefix_err: list) -> dict:
     """Share of chunks that were steered toward the plan, and the steered prefix's length and
     error (p50)."""
     guided = [s for s in steps if s > 0]
     return {
-        "guided_fraction": len(guided) / chunks if chunks else None,
-        "steps_p50": float(np.median(guided)) if guided else None,
-        "prefix_err_p50": float(np.median(prefix_err)) if prefix_err else None,
+        "guided_fraction": len(guided) / len(steps) if steps else None,
+        "steps_p50": _median(guided),
+        "prefix_err_p50": _median(prefix_err),
     }
 
 
