@@ -17,6 +17,7 @@ from rclpy.executors import SingleThreadedExecutor
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
+from vla_runtime.core.streaming.streamer import MAX_TICK_PERIODS
 from vla_runtime.ros.messages import to_seconds
 from vla_runtime.stack.supervisor import module_process
 
@@ -32,11 +33,15 @@ RUN_S = 4.0
 RATE_HZ = 250.0
 PERIOD = 1.0 / RATE_HZ
 WAIT_S = 60.0  # wall-clock patience for a loaded machine
+CATCH_UP_S = 0.5  # the command rejoins the trajectory this soon after a stall of the streamer
 BLEND_S = 1.5  # commands follow the trajectory exactly this long after the first observation
 # Plan the streamer keeps beyond its measured delay when it asks (the default is 25 steps):
 # what absorbs a loaded host's hiccups, which here must not run the plan dry. The threshold
 # arithmetic itself is unit-tested (test_streaming.py).
 MARGIN_STEPS = 75
+
+
+TRAJECTORY_SPEED = 2 * np.pi / PERIOD_S * AMPLITUDE.max()  # fastest joint speed (rad/s)
 
 
 def trajectory(t, t0):
@@ -179,7 +184,9 @@ def enough_run(stack: FakeStack, chunks: int) -> bool:
     return int(stack.latest_stats()["chunks_accepted"]) >= chunks
 
 
-def run_case(rclpy_context, tmp_path, delay_s, speed_scaling=None, chunks=3, **params):
+def run_case(
+    rclpy_context, tmp_path, delay_s, speed_scaling=None, chunks=3, freeze_s=0.0, **params
+):
     name = f"streamer_{round(delay_s * 1000)}"
     stack = FakeStack(rclpy_context, delay_s, speed_scaling)
     if speed_scaling is not None:
@@ -192,6 +199,11 @@ def run_case(rclpy_context, tmp_path, delay_s, speed_scaling=None, chunks=3, **p
         assert stack.spin_for(WAIT_S, until=lambda: len(stack.commands) > 0), "no command"
         assert np.allclose(stack.commands[0][1], START)  # holds the measured state first
         assert stack.spin_for(WAIT_S, until=lambda: stack.t0 is not None), "no request answered"
+        if freeze_s:  # the streamer process stops being scheduled mid-run (a stalled host)
+            assert stack.spin_for(WAIT_S, until=lambda: stack.late_commands() >= 100)
+            proc.popen.send_signal(signal.SIGSTOP)
+            stack.spin_for(freeze_s)
+            proc.popen.send_signal(signal.SIGCONT)
         stack.spin_for(RUN_S)
         # A loaded host gets through less of the run in RUN_S: go on until there is enough of it
         # (a broken streamer still fails the assertions on what it did).
@@ -233,12 +245,52 @@ def test_async_streaming_under_injected_delay(rclpy_context, tmp_path, delay_s):
         assert np.median(ticks) >= 0.5 * delay_s / PERIOD, ticks
     p50, top = float(stats["delay_steps_p50"]), float(stats["delay_steps_max"])
     assert min(ticks) - 1 <= p50 <= top <= max(ticks) + 0.15 / PERIOD, (ticks, stats)
-    # The commands follow the known trajectory once the start-up blend is over.
-    late = [(t, p) for t, p in stack.commands if t > stack.t0 + BLEND_S]
-    assert len(late) >= 100
-    errors = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]
-    assert max(errors) < 1e-3, max(errors)
+    assert_follows(stack, lambda t: t)
     assert_one_command_per_tick(stack)
+
+
+def assert_follows(stack: FakeStack, plan_time) -> np.ndarray:
+    """The commands play the known trajectory on `plan_time(t)` once the start-up blend is
+    over, bar the catch-up after a stall of the streamer process itself (a loaded host): there
+    the command lags within the limits and rejoins (unit-tested in test_streaming.py). Returns
+    the late commands' errors."""
+    stamps = np.array([t for t, _ in stack.commands])
+    late = stamps > stack.t0 + BLEND_S
+    errors = np.array(
+        [np.abs(p - trajectory(plan_time(t), stack.t0)).max() for t, p in stack.commands]
+    )[late]
+    catching_up = after_stalls(stamps, CATCH_UP_S)[late]
+    assert np.count_nonzero(~catching_up) >= 100, np.count_nonzero(late)
+    assert errors[~catching_up].max() < 1e-3, errors.max()
+    # Meanwhile it lags by about what the plan moved during the longest stall (a little more
+    # while the catch-up gathers speed within the limits), never by a jump of its own.
+    assert errors.max() < 1.5 * np.diff(stamps).max() * TRAJECTORY_SPEED + 1e-3, errors.max()
+    return errors
+
+
+def after_stalls(stamps: np.ndarray, window_s: float) -> np.ndarray:
+    """Which commands lie within `window_s` after a gap longer than one tick advances over."""
+    gaps = np.flatnonzero(np.diff(stamps) > MAX_TICK_PERIODS * PERIOD + 1e-6) + 1
+    mask = np.zeros(len(stamps), dtype=bool)
+    for i in gaps:
+        mask |= (stamps >= stamps[i]) & (stamps < stamps[i] + window_s)
+    return mask
+
+
+def test_a_frozen_streamer_resumes_where_it_stopped_and_rejoins_the_plan(rclpy_context, tmp_path):
+    stack, _ = run_case(rclpy_context, tmp_path, 0.1, freeze_s=0.3)
+    stats = stack.latest_stats()
+    assert stats["stale_executed"] == "0", stats
+    stamps = np.array(stack.stamps)
+    gap = int(np.argmax(np.diff(stamps)))
+    assert stamps[gap + 1] - stamps[gap] >= 0.25  # the freeze shows in the commands
+    # The first command after it moves as far as one capped tick allows, not 0.3 s of plan...
+    step = np.abs(stack.commands[gap + 1][1] - stack.commands[gap][1]).max()
+    plan_step = np.abs(trajectory(stamps[gap + 1], stack.t0) - stack.commands[gap][1]).max()
+    assert step < 0.5 * plan_step, (step, plan_step)
+    # ... then the command rejoins the trajectory within CATCH_UP_S.
+    errors = assert_follows(stack, lambda t: t)
+    assert errors.max() > 1e-3  # the catch-up happened and was excused, not missed
 
 
 def assert_one_command_per_tick(stack: FakeStack) -> None:
@@ -277,10 +329,8 @@ def test_speed_scaling_runs_the_plan_at_half_speed(rclpy_context, tmp_path):
     assert int(stats["chunks_accepted"]) >= 3 and stats["chunks_rejected"] == "0", stats
     assert float(stats["plan_lag_s"]) > 1.0, stats  # half of the >= 4 s run
     # The commands play the trajectory at half speed: on plan time u(t), not on t.
+    assert_follows(stack, stack.plan_time)
     late = [(t, p) for t, p in stack.commands if t > stack.t0 + BLEND_S]
-    assert len(late) >= 100
-    errors = [np.abs(p - trajectory(stack.plan_time(t), stack.t0)).max() for t, p in late]
-    assert max(errors) < 1e-3, max(errors)
     full_speed = [np.abs(p - trajectory(t, stack.t0)).max() for t, p in late]
     assert max(full_speed) > 0.05, max(full_speed)
 

@@ -9,7 +9,7 @@ from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.core.streaming.handover import smoothstep
 from vla_runtime.core.streaming.metrics import streamer_metrics
 from vla_runtime.core.streaming.plan import Plan, finite_difference_velocities
-from vla_runtime.core.streaming.streamer import ActionStreamer
+from vla_runtime.core.streaming.streamer import MAX_TICK_PERIODS, ActionStreamer
 
 PERIOD = 0.004
 ROBOT = load_robot("fr3")
@@ -202,6 +202,31 @@ def test_hold_when_plan_runs_dry_decelerates_within_limits_and_stops():
     metrics = streamer_metrics(streamer)
     assert metrics["empty_plan_ticks"] == len(held)
     assert metrics["executed_actions"] == 25 and metrics["stale_executed"] == 0
+
+
+def test_after_a_stall_the_command_goes_on_from_where_it_stopped_and_rejoins_the_plan():
+    streamer = make_streamer()
+    streamer.tick(1.0)
+    times = chunk_times(100)
+    assert streamer.merge_chunk(1.0, 1.0, times, line(1.0 + times, speed=1.0, origin=1.0)).accepted
+    before = tick_until(streamer, 1.004, 1.5)
+    assert before[-1].position[0] - HOME[0] == pytest.approx(before[-1].time - 1.0, abs=1e-6)
+    after = tick_until(streamer, 1.7, 2.5)  # the process did not tick for 0.2 s (50 periods)
+    # One tick moves the command as far as MAX_TICK_PERIODS periods within the limits allow
+    # (0.048 rad), not by the whole stall (0.2 rad)...
+    dt = MAX_TICK_PERIODS * PERIOD
+    step = after[0].position[0] - before[-1].position[0]
+    assert 0.0 < step <= 1.0 * dt + 0.5 * LIMITS.acceleration[0] * dt**2 + 1e-9
+    # ... and it catches up within the limits, then runs on the plan again.
+    v = np.array([s.velocity for s in after])
+    a = np.array([s.acceleration for s in after])
+    assert np.all(np.abs(v) <= LIMITS.velocity * (1 + 1e-9))
+    assert np.all(np.abs(a) <= LIMITS.acceleration * (1 + 1e-9))
+    lag = np.array([HOME[0] + s.time - 1.0 - s.position[0] for s in after])
+    assert lag[0] > 0.1
+    rejoined = np.flatnonzero(np.abs(lag) > 1e-6)[-1] + 1
+    assert rejoined * PERIOD < 0.25, rejoined
+    assert streamer_metrics(streamer)["stale_executed"] == 0
 
 
 def run_request_scenario(streamer, answer_after_steps=0, last_tick=60):

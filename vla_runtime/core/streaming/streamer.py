@@ -38,6 +38,11 @@ from vla_runtime.core.streaming.metrics import Counters
 from vla_runtime.core.streaming.plan import EPS, Plan, finite_difference_velocities
 from vla_runtime.core.streaming.requests import RequestTracker
 
+# The most control periods one tick advances the command by. After the process stalled for
+# longer, the command goes on from where it stopped and rejoins the plan within the limits over
+# the next ticks, instead of jumping ahead by the whole stall in a single command.
+MAX_TICK_PERIODS = 10
+
 
 @dataclass
 class MergeResult:
@@ -128,7 +133,7 @@ class ActionStreamer:
         previous = self.last_command_time
         if previous is not None and t_c <= previous:  # clock did not advance (or went back)
             return self._setpoint(previous)
-        dt = period if previous is None else min(t_c - previous, 10.0 * period)
+        dt = period if previous is None else min(t_c - previous, MAX_TICK_PERIODS * period)
         # The latest speed governs the interval this tick advances over, (previous, t_c].
         scale_before = self.clock.scale
         self.clock.set_scale(self._speed, t_c if previous is None else previous)
