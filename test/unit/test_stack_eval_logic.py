@@ -119,7 +119,7 @@ def test_thread_counts_default_to_the_host_size():
 
 
 def test_closed_loop_targets():
-    from vla_runtime.bench.closed_loop import targets
+    from vla_runtime.bench.closed_loop import targets, time_to_success_ratios
 
     def arm(success, time, stale=0):
         return {"success_rate": success, "time_to_success_s": time, "stale_executed": stale}
@@ -130,16 +130,25 @@ def test_closed_loop_targets():
         "300": {"async_rtc": arm(0.75, 3.6)},
         "heavy": {"async_rtc": arm(0.7, 3.5), "async": arm(0.6, 3.9), "sync": arm(0.5, 6.0)},
     }
-    assert all(targets(pooled).values())
-    pooled["200"]["sync"] = arm(0.6, 4.5)  # 3.4 > 0.7 x 4.5
+    by_task = {
+        "reach": {"200": {"async_rtc": arm(0.9, 2.0), "sync": arm(0.5, 3.0)}},  # 0.67
+        "pick": {"200": {"async_rtc": arm(0.5, 6.0), "sync": arm(0.0, None)}},  # sync none
+    }
+    assert all(targets(pooled, by_task).values())
+    assert time_to_success_ratios(by_task)["200"] == {"reach": pytest.approx(2 / 3), "pick": None}
+    # Pooled, async_rtc looks faster (3.4 s vs 5.0 s) as it solved more of the quick task; within
+    # pick it took 0.9 x sync's time.
+    by_task["pick"]["200"]["sync"] = arm(0.3, 6.7)
     pooled["300"]["async_rtc"] = arm(0.65, 3.6)  # 0.15 below 0 ms
     pooled["heavy"]["sync"] = arm(0.5, 6.0, stale=1)
-    met = targets(pooled)
+    met = targets(pooled, by_task)
     assert met["200ms_async_rtc_success_ge_sync"]
     assert not met["200ms_async_rtc_time_to_success_le_0.7_sync"]
     assert not met["300ms_async_rtc_success_within_0.1_of_0ms"]
     assert not met["heavy_tailed_stale_executed_0"]
-    assert set(targets({}).values()) == {None}
+    by_task["reach"]["200"]["sync"] = by_task["pick"]["200"]["sync"] = arm(0.0, None)
+    assert not targets(pooled, by_task)["200ms_async_rtc_time_to_success_le_0.7_sync"]
+    assert set(targets({}, {}).values()) == {None}
 
 
 def test_episode_messages_give_their_start_or_none():
