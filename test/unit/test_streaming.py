@@ -178,11 +178,17 @@ def test_blend_limited_to_the_overlap_with_the_old_plan():
     assert result.blend_window_s == pytest.approx(0.08)
 
 
-def test_hold_when_plan_runs_dry_decelerates_within_limits_and_stops():
+def following_a_line(actions: int) -> ActionStreamer:
+    """A streamer that took, at t = 1 s, a chunk of `actions` moving joint 1 at 1 rad/s."""
     streamer = make_streamer()
     streamer.tick(1.0)
-    times = chunk_times(25)
+    times = chunk_times(actions)
     assert streamer.merge_chunk(1.0, 1.0, times, line(1.0 + times, speed=1.0, origin=1.0)).accepted
+    return streamer
+
+
+def test_hold_when_plan_runs_dry_decelerates_within_limits_and_stops():
+    streamer = following_a_line(25)
     setpoints = tick_until(streamer, 1.004, 2.0)
     end = 1.5  # last action
     moving = [s for s in setpoints if s.time <= end]
@@ -205,10 +211,7 @@ def test_hold_when_plan_runs_dry_decelerates_within_limits_and_stops():
 
 
 def test_after_a_stall_the_command_goes_on_from_where_it_stopped_and_rejoins_the_plan():
-    streamer = make_streamer()
-    streamer.tick(1.0)
-    times = chunk_times(100)
-    assert streamer.merge_chunk(1.0, 1.0, times, line(1.0 + times, speed=1.0, origin=1.0)).accepted
+    streamer = following_a_line(100)
     before = tick_until(streamer, 1.004, 1.5)
     assert before[-1].position[0] - HOME[0] == pytest.approx(before[-1].time - 1.0, abs=1e-6)
     after = tick_until(streamer, 1.7, 2.5)  # the process did not tick for 0.2 s (50 periods)
