@@ -130,24 +130,30 @@ def test_closed_loop_targets():
         "300": {"async_rtc": arm(0.75, 3.6)},
         "heavy": {"async_rtc": arm(0.7, 3.5), "async": arm(0.6, 3.9), "sync": arm(0.5, 6.0)},
     }
-    by_task = {
-        "reach": {"200": {"async_rtc": arm(0.9, 2.0), "sync": arm(0.5, 3.0)}},  # 0.67
-        "pick": {"200": {"async_rtc": arm(0.5, 6.0), "sync": arm(0.0, None)}},  # sync none
+    # Pooled, async_rtc looks faster (3.4 s vs 5.0 s): sync solved only the slow cases.
+    solved = {
+        ("reach", "200", "async_rtc"): {1: 2.0, 2: 2.2, 3: 1.8},
+        ("reach", "200", "sync"): {1: 3.0, 2: 3.4},  # 4.2 / 6.4 = 0.66
+        ("pick", "200", "async_rtc"): {1: 5.0},
+        ("pick", "200", "sync"): {},  # no pair
     }
-    assert all(targets(pooled, by_task).values())
-    assert time_to_success_ratios(by_task)["200"] == {"reach": pytest.approx(2 / 3), "pick": None}
-    # Pooled, async_rtc looks faster (3.4 s vs 5.0 s) as it solved more of the quick task; within
-    # pick it took 0.9 x sync's time.
-    by_task["pick"]["200"]["sync"] = arm(0.3, 6.7)
+    ratios = time_to_success_ratios(solved)
+    assert ratios["200"]["reach"] == {"ratio": pytest.approx(4.2 / 6.4), "paired_episodes": 2}
+    assert ratios["200"]["pick"] == {"ratio": None, "paired_episodes": 0}
+    assert all(targets(pooled, ratios).values())
+    # On its seed sync solved, pick took async_rtc 0.9 x sync's time.
+    solved["pick", "200", "sync"] = {1: 5.0 / 0.9, 2: 4.0}
     pooled["300"]["async_rtc"] = arm(0.65, 3.6)  # 0.15 below 0 ms
     pooled["heavy"]["sync"] = arm(0.5, 6.0, stale=1)
-    met = targets(pooled, by_task)
+    met = targets(pooled, time_to_success_ratios(solved))
     assert met["200ms_async_rtc_success_ge_sync"]
     assert not met["200ms_async_rtc_time_to_success_le_0.7_sync"]
     assert not met["300ms_async_rtc_success_within_0.1_of_0ms"]
     assert not met["heavy_tailed_stale_executed_0"]
-    by_task["reach"]["200"]["sync"] = by_task["pick"]["200"]["sync"] = arm(0.0, None)
-    assert not targets(pooled, by_task)["200ms_async_rtc_time_to_success_le_0.7_sync"]
+    solved["reach", "200", "sync"] = solved["pick", "200", "sync"] = {}  # sync solved nothing
+    assert not targets(pooled, time_to_success_ratios(solved))[
+        "200ms_async_rtc_time_to_success_le_0.7_sync"
+    ]
     assert set(targets({}, {}).values()) == {None}
 
 

@@ -13,8 +13,9 @@ on each task, three arms run the same seeds through the full sim stack in real t
 Every episode goes through `data/stack_eval.py` (one JSONL per task, delay and arm under
 `--out`, so an interrupted run resumes). Pooled over the tasks, per delay and arm:
 `async_vs_sync.<delay>.<arm>.{success_rate, time_to_success_s, stale_executed, ...}`; per task
-under `by_task`; async_rtc's time to success over sync's per task under `time_to_success_ratio`;
-the targets under `met`; a PNG of success and time to success against delay.
+under `by_task`; async_rtc's time to success over sync's per task, on the seeds both solved,
+under `time_to_success_ratio`; the targets under `met`; a PNG of success and time to success
+against delay.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def run_bench(
     directory = Path(out)
     by_task: dict = {}
     pooled: dict = {}
+    solved: dict = {}  # (task, delay, arm) -> {seed: time to success}
     for delay in delays:
         for arm, settings in ARMS.items():
             records = []
@@ -80,8 +82,12 @@ def run_bench(
                 summary = eval_stack(task, episodes, seed, overrides, jsonl, resume=True,
                                      progress=progress)  # fmt: skip
                 by_task.setdefault(task, {}).setdefault(delay, {})[arm] = _arm_figures(summary)
-                records += [EpisodeRecord(**json.loads(line))
-                            for line in jsonl.read_text().splitlines() if line.strip()]  # fmt: skip
+                lines = [line for line in jsonl.read_text().splitlines() if line.strip()]
+                episodes_run = [EpisodeRecord(**json.loads(line)) for line in lines]
+                solved[task, delay, arm] = {
+                    r.seed: r.time_to_success_s for r in episodes_run if r.success
+                }
+                records += episodes_run
             pooled_summary = summarise("+".join(tasks), records, {})
             pooled.setdefault(delay, {})[arm] = _arm_figures(pooled_summary)
     result = {
@@ -92,8 +98,8 @@ def run_bench(
         "delays": {d: DELAYS[d] for d in delays},
         "async_vs_sync": pooled,
         "by_task": by_task,
-        "time_to_success_ratio": time_to_success_ratios(by_task),
-        "met": targets(pooled, by_task),
+        "time_to_success_ratio": (ratios := time_to_success_ratios(solved)),
+        "met": targets(pooled, ratios),
         "jsonl_dir": str(directory),
     }
     plot = directory / "closed_loop.png"
@@ -102,24 +108,29 @@ def run_bench(
     return result
 
 
-def time_to_success_ratios(by_task: dict) -> dict:
-    """Per delay and task, async_rtc's mean time to success over sync's (None where either arm
-    never succeeded). Compared within a task: pooled means mix tasks in the proportions each arm
-    happened to solve them, so an arm that solves more of the quick task looks faster."""
+def time_to_success_ratios(solved: dict) -> dict:
+    """Per delay and task, async_rtc's time to success over sync's on the seeds both solved
+    (`solved`: (task, delay, arm) -> {seed: time}): {ratio, paired_episodes}, ratio None without
+    a pair. Paired by seed and within a task, because pooled means mix tasks and seeds in the
+    proportions each arm happened to solve them: an arm that solves more of the quick cases
+    looks faster."""
     ratios: dict = {}
-    for task, delays in by_task.items():
-        for delay, arms in delays.items():
-            t_rtc = arms.get("async_rtc", {}).get("time_to_success_s")
-            t_sync = arms.get("sync", {}).get("time_to_success_s")
-            ratio = t_rtc / t_sync if t_rtc is not None and t_sync else None
-            ratios.setdefault(delay, {})[task] = ratio
+    for (task, delay, arm), times in solved.items():
+        if arm != "async_rtc":
+            continue
+        sync = solved.get((task, delay, "sync"), {})
+        paired = [seed for seed in times if seed in sync]
+        ratio = None
+        if paired:
+            ratio = sum(times[s] for s in paired) / sum(sync[s] for s in paired)
+        ratios.setdefault(delay, {})[task] = {"ratio": ratio, "paired_episodes": len(paired)}
     return ratios
 
 
-def targets(pooled: dict, by_task: dict) -> dict:
+def targets(pooled: dict, ratios: dict) -> dict:
     """The sweep's targets; a target whose delays were not run is None. Time to success is
-    compared task by task (time_to_success_ratios): met when every task both arms solved shows
-    async_rtc at most 0.7 x sync, and there is at least one."""
+    compared per task on the seeds both arms solved (`ratios`, from time_to_success_ratios): met
+    when every task with such seeds shows async_rtc at most 0.7 x sync, and there is one."""
     met: dict = {}
 
     def arm(delay, name):
@@ -127,8 +138,8 @@ def targets(pooled: dict, by_task: dict) -> dict:
 
     rtc, sync = arm("200", "async_rtc"), arm("200", "sync")
     if rtc and sync:
-        ratios = [r for r in time_to_success_ratios(by_task).get("200", {}).values() if r]
-        faster = bool(ratios) and max(ratios) <= 0.7
+        at200 = [r["ratio"] for r in ratios.get("200", {}).values() if r["ratio"] is not None]
+        faster = bool(at200) and max(at200) <= 0.7
         met["200ms_async_rtc_time_to_success_le_0.7_sync"] = faster
         met["200ms_async_rtc_success_ge_sync"] = rtc["success_rate"] >= sync["success_rate"]
     else:
