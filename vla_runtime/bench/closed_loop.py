@@ -90,6 +90,7 @@ def run_bench(
                 records += episodes_run
             pooled_summary = summarise("+".join(tasks), records, {})
             pooled.setdefault(delay, {})[arm] = _arm_figures(pooled_summary)
+    ratios = time_to_success_ratios(solved)
     result = {
         "tasks": list(tasks),
         "episodes_per_task": episodes,
@@ -98,7 +99,7 @@ def run_bench(
         "delays": {d: DELAYS[d] for d in delays},
         "async_vs_sync": pooled,
         "by_task": by_task,
-        "time_to_success_ratio": (ratios := time_to_success_ratios(solved)),
+        "time_to_success_ratio": ratios,
         "met": targets(pooled, ratios),
         "jsonl_dir": str(directory),
     }
