@@ -334,7 +334,10 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
         probe.spin_sim(1.0)
         assert np.abs(probe.arm - HOME).max() < 0.01
 
-        probe.trajectory.publish(chunk_from_home(probe.sim_time))
+        # Start it ahead: the probe's latest state is already in the past when the driver takes
+        # the chunk (the sim runs on meanwhile), and a start even 10 ms in the past asks the arm
+        # to jump to where the chunk is by then, which trips its reflex as a real arm's would.
+        probe.trajectory.publish(chunk_from_home(probe.sim_time + 0.5))
         try:
             probe.spin_until(lambda: np.abs(probe.arm - away).max() < 0.01, "the chunk to run")
         except AssertionError as exc:
