@@ -13,6 +13,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
+import zmq.auth
 
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.policy import ActionChunk, Observation, PolicyError, PolicySpec
@@ -314,19 +315,34 @@ def test_non_loopback_bind_without_keys_is_refused(tiny_policy):
     assert remote_server.serve_main(["--bind", "tcp://*:5999"]) == 2
 
 
-def test_gen_keys_writes_loadable_keys(tmp_path):
-    assert remote_server.serve_main(["--gen-keys", str(tmp_path / "keys")]) == 0
-    secret, allowed = remote_keys.load_server_keys(tmp_path / "keys")
-    server_public, (client_public, client_secret) = remote_keys.load_client_keys(tmp_path / "keys")
-    assert zmq.curve_public(secret) == server_public
-    assert zmq.curve_public(client_secret) == client_public
-    assert (allowed / "client.key").is_file()
-    assert (tmp_path / "keys" / "server.key_secret").stat().st_mode & 0o077 == 0
+def test_key_tool_gives_each_robot_its_own_pair_and_revokes_it(tmp_path):
+    keys = tmp_path / "keys"
+    assert remote_server.serve_main(["--gen-keys", str(keys)]) == 0
+    assert not list((keys / "authorized_clients").glob("*.key"))  # nobody until added
+    for robot in ("arm1", "arm2"):
+        assert remote_server.serve_main(["--curve-keys", str(keys), "--add-robot", robot]) == 0
+    secret, allowed = remote_keys.load_server_keys(keys)
+    bundles = {r: remote_keys.load_client_keys(keys / "robots" / r) for r in ("arm1", "arm2")}
+    for server_public, (client_public, client_secret) in bundles.values():
+        assert zmq.curve_public(secret) == server_public
+        assert zmq.curve_public(client_secret) == client_public
+    assert bundles["arm1"][1] != bundles["arm2"][1]
+    assert sorted(remote_keys.allowed_robots(allowed).values()) == ["arm1", "arm2"]
+    assert (keys / "server.key_secret").stat().st_mode & 0o077 == 0
+    assert (keys / "robots" / "arm1" / "client.key_secret").stat().st_mode & 0o077 == 0
+    assert remote_server.serve_main(["--curve-keys", str(keys), "--revoke-robot", "arm1"]) == 0
+    assert list(remote_keys.allowed_robots(allowed).values()) == ["arm2"]
+    # A second revocation, an unknown name, a bad name and a missing key directory: exit 2.
+    assert remote_server.serve_main(["--curve-keys", str(keys), "--revoke-robot", "arm1"]) == 2
+    assert remote_server.serve_main(["--curve-keys", str(keys), "--add-robot", "../x"]) == 2
+    assert remote_server.serve_main(["--add-robot", "arm3"]) == 2
 
 
 @pytest.fixture
 def curve_server(tiny_policy, tmp_path):
     keys = remote_keys.generate_keys(tmp_path / "keys")
+    for robot in ("arm1", "arm2"):
+        remote_keys.add_robot(keys, robot)
     secret, allowed = remote_keys.load_server_keys(keys)
     srv = remote_server.PolicyServer(
         tiny_policy, bind="tcp://0.0.0.0:*", curve_secret=secret, authorized_clients=allowed
@@ -336,20 +352,26 @@ def curve_server(tiny_policy, tmp_path):
     srv.stop()
 
 
+def _robot_client(endpoint: str, keys: Path, robot: str, **kwargs):
+    server_public, client_keys = remote_keys.load_client_keys(keys / "robots" / robot)
+    return remote_client.RemoteClient(endpoint, server_public, client_keys, **kwargs)
+
+
 def test_curve_client_with_keys_is_served(curve_server, tiny_policy):
     srv, endpoint, keys = curve_server
     assert srv.secure
-    server_public, client_keys = remote_keys.load_client_keys(keys)
-    with remote_client.RemoteClient(endpoint, server_public, client_keys, timeout_s=30) as client:
+    with _robot_client(endpoint, keys, "arm1", timeout_s=30) as client:
         obs = make_observation(client.spec, 9)
         np.testing.assert_allclose(
             client.infer(obs).actions, load_tiny_policy().infer(obs).actions, atol=1e-6
         )
+    # The session is the robot's key's name, whatever the client calls itself.
+    assert list(srv._sessions) == ["arm1"]
 
 
 def test_curve_clients_without_the_right_keys_get_no_answer(curve_server):
     _, endpoint, keys = curve_server
-    server_public, client_keys = remote_keys.load_client_keys(keys)
+    server_public, client_keys = remote_keys.load_client_keys(keys / "robots" / "arm1")
     wrong_server_public, _ = zmq.curve_keypair()
     attempts = {
         "plain client": dict(),
@@ -360,6 +382,46 @@ def test_curve_clients_without_the_right_keys_get_no_answer(curve_server):
         with pytest.raises(protocol.RemoteUnavailable):
             remote_client.RemoteClient(endpoint, timeout_s=1.0, **kwargs)
             pytest.fail(f"{name} was answered")
+
+
+def test_empty_allow_list_refuses_everyone(tiny_policy, tmp_path):
+    keys = remote_keys.generate_keys(tmp_path / "keys")
+    remote_keys.add_robot(keys, "arm1")
+    remote_keys.revoke_robot(keys, "arm1")
+    secret, allowed = remote_keys.load_server_keys(keys)
+    server_public, _ = zmq.auth.load_certificate(keys / "server.key")
+    with remote_server.PolicyServer(
+        tiny_policy, "tcp://127.0.0.1:*", curve_secret=secret, authorized_clients=allowed
+    ) as srv:
+        srv.start()
+        with pytest.raises(protocol.RemoteUnavailable):
+            remote_client.RemoteClient(srv.endpoint, server_public, timeout_s=1.0)
+    # No allow-list directory at all is the same.
+    with remote_server.PolicyServer(
+        tiny_policy, "tcp://127.0.0.1:*", curve_secret=secret, authorized_clients=None
+    ) as srv:
+        srv.start()
+        with pytest.raises(protocol.RemoteUnavailable):
+            remote_client.RemoteClient(srv.endpoint, server_public, timeout_s=1.0)
+
+
+def test_revoked_robot_is_refused_while_another_keeps_working(curve_server):
+    srv, endpoint, keys = curve_server
+    with (
+        _robot_client(endpoint, keys, "arm1", timeout_s=30) as arm1,
+        _robot_client(endpoint, keys, "arm2", timeout_s=30) as arm2,
+    ):
+        obs = make_observation(arm1.spec, 2)
+        arm1.infer(obs)
+        arm2.infer(obs)
+        assert remote_keys.revoke_robot(keys, "arm1")
+        deadline = time.monotonic() + 30
+        with pytest.raises(protocol.RemoteRejected, match="not allowed"):
+            while time.monotonic() < deadline:  # the server re-reads its list every second
+                arm1.infer(obs)
+        for _ in range(3):
+            assert arm2.infer(obs).actions.shape[0] == arm2.spec.chunk_len
+        assert "arm1" not in srv._sessions
 
 
 def test_transport_bench_reports_overhead_and_settings():

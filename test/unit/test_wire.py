@@ -9,6 +9,8 @@ import zmq
 
 from vla_runtime.engine.remote import wire
 
+HUGE = [2**62, 2**62]  # elements: a byte count that overflows 64 bits
+
 ARRAYS = {
     "image": np.arange(224 * 224 * 3, dtype=np.uint8).reshape(224, 224, 3),
     "state": np.linspace(-1, 1, 8, dtype=np.float32),
@@ -29,7 +31,7 @@ def test_round_trip_preserves_dtype_shape_and_values():
     assert decoded["op"] == "x"
     for name, original in ARRAYS.items():
         got = decoded["nested"]["arrays"][name]
-        assert got.dtype == original.dtype, name
+        assert got.dtype == original.dtype.newbyteorder("<"), name  # sent little-endian
         assert got.shape == original.shape, name
         np.testing.assert_array_equal(got, original)
     np.testing.assert_array_equal(decoded["list"][0], ARRAYS["state"])
@@ -64,9 +66,11 @@ def test_decoded_arrays_view_the_received_frames_over_zmq():
         ctx.term()
 
 
-def test_object_arrays_are_refused_on_both_ends():
+def test_object_and_complex_arrays_are_refused_on_both_ends():
     with pytest.raises(wire.WireError, match="dtype"):
         wire.encode({"x": np.array(["a", None], dtype=object)})
+    with pytest.raises(wire.WireError, match="dtype"):
+        wire.encode({"x": np.array([1 + 2j])})
     header = msgpack.packb({"x": {"__nd__": 0, "dtype": "|O", "shape": [1]}})
     with pytest.raises(wire.WireError, match="dtype"):
         wire.decode([header, b"\0" * 8])
@@ -97,9 +101,24 @@ def test_object_arrays_are_refused_on_both_ends():
             ],
             "twice",
         ),
-        ([msgpack.packb({"x": {"__nd__": 0, "dtype": "nope", "shape": [1]}}), b"\1"], "bad"),
+        ([msgpack.packb({"x": {"__nd__": 0, "dtype": "nope", "shape": [1]}}), b"\1"], "dtype"),
+        ([msgpack.packb({"x": {"__nd__": 0, "dtype": ">f4", "shape": [1]}}), b"\0" * 4], "dtype"),
+        ([msgpack.packb({"x": {"__nd__": 0, "dtype": "<c8", "shape": [1]}}), b"\0" * 8], "dtype"),
+        ([msgpack.packb({"x": {"__nd__": 0, "dtype": "<f4", "shape": HUGE}}), b""], "expected"),
+        ([msgpack.packb({"x": {"__nd__": 0, "dtype": "<f4", "shape": [True]}}), b"\0"], "shape"),
+        ([b"\x81\xa1x" + b"\x91" * (wire.MAX_DEPTH + 1) + b"\xc0"], "deeper"),
+        ([msgpack.packb({"x": list(range(wire.MAX_CONTAINER_LEN + 1))})], "undecodable"),
+        ([msgpack.packb({"x": "s" * (wire.MAX_STR_LEN + 1)})], "undecodable"),
+        ([msgpack.packb({"x": "s" * wire.MAX_HEADER_BYTES})], "header of"),
+        ([msgpack.packb({})] + [b""] * wire.MAX_FRAMES, "frames"),
     ],
 )
 def test_malformed_messages_raise_wire_error(frames, message):
     with pytest.raises(wire.WireError, match=message):
         wire.decode(frames)
+
+
+def test_whole_message_size_is_refused_before_reading():
+    wire.check_size([100, wire.MAX_MESSAGE_BYTES - 100])
+    with pytest.raises(wire.WireError, match="message of"):
+        wire.check_size([100, wire.MAX_MESSAGE_BYTES])

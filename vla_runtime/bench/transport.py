@@ -14,6 +14,7 @@ import json
 import multiprocessing as mp
 import platform
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -23,6 +24,12 @@ from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
 from vla_runtime.engine.policy import ActionChunk, CameraSpec, Observation, PolicySpec
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.client import RemoteClient
+from vla_runtime.engine.remote.keys import (
+    add_robot,
+    generate_keys,
+    load_client_keys,
+    load_server_keys,
+)
 from vla_runtime.engine.remote.server import PolicyServer
 
 BENCH_SPEC = PolicySpec(
@@ -51,8 +58,9 @@ class EchoPolicy:
         return ActionChunk(self._actions, observation.stamp, compute_mode)
 
 
-def _serve_echo(bind: str, curve_secret: bytes | None, ready, stop) -> None:
-    server = PolicyServer(EchoPolicy(), bind=bind, curve_secret=curve_secret)
+def _serve_echo(bind: str, keys: str | None, ready, stop) -> None:
+    secret, allowed = load_server_keys(keys) if keys else (None, None)
+    server = PolicyServer(EchoPolicy(), bind, curve_secret=secret, authorized_clients=allowed)
     ready.send(server.endpoint)
     try:
         server.serve(stop)
@@ -61,14 +69,20 @@ def _serve_echo(bind: str, curve_secret: bytes | None, ready, stop) -> None:
 
 
 def run_bench(n: int = 2000, warmup: int = 200, curve: bool = False) -> dict:
-    server_public, server_secret = zmq.curve_keypair() if curve else (None, None)
+    with tempfile.TemporaryDirectory() as keys:
+        server_public, client_keys = None, None
+        if curve:
+            generate_keys(keys)
+            server_public, client_keys = load_client_keys(add_robot(keys, "bench"))
+        return _run(n, warmup, curve, keys if curve else None, server_public, client_keys)
+
+
+def _run(n, warmup, curve, keys, server_public, client_keys) -> dict:
     ctx = mp.get_context("spawn")
     ready_recv, ready_send = ctx.Pipe(duplex=False)
     stop = ctx.Event()
     server = ctx.Process(
-        target=_serve_echo,
-        args=("tcp://127.0.0.1:*", server_secret, ready_send, stop),
-        daemon=True,
+        target=_serve_echo, args=("tcp://127.0.0.1:*", keys, ready_send, stop), daemon=True
     )
     server.start()
     try:
@@ -86,7 +100,7 @@ def run_bench(n: int = 2000, warmup: int = 200, curve: bool = False) -> dict:
         )
         overhead_us = np.empty(n)
         round_trip_us = np.empty(n)
-        with RemoteClient(endpoint, server_public_key=server_public, timeout_s=10.0) as client:
+        with RemoteClient(endpoint, server_public, client_keys, timeout_s=10.0) as client:
             for i in range(warmup + n):
                 observation.stamp = float(i)
                 started = time.perf_counter()

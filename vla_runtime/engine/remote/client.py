@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -16,10 +18,12 @@ from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.protocol import (
     DEFAULT_ENDPOINT,
     RemoteError,
+    RemoteOverloaded,
     RemoteRejected,
     RemoteUnavailable,
     mode_from_wire,
     mode_to_wire,
+    spec_hash,
 )
 
 
@@ -27,9 +31,15 @@ class RemoteClient:
     """A `Policy` whose infer() runs on a `PolicyServer`.
 
     Every request waits at most `timeout_s`; on a timeout the DEALER socket is closed and the
-    next call opens a new one (and says hello again), so a restarted server is picked up
-    without recreating the client. `spec` comes from the server's handshake; pass
-    `expected_spec` to have the server refuse a different policy."""
+    next call opens a new one (and says hello again as the same `robot`, so the server gives
+    it its session back), so a restarted server is picked up without recreating the client.
+
+    Trust on first use: `spec` comes from the first handshake and its hash is pinned (or given
+    as `expected_spec_hash`); a later handshake with another policy is refused, so a process
+    that takes the port over cannot become the policy. Pass `expected_spec` to have the server
+    refuse a different policy outright. Every reply is checked before it becomes a chunk: its
+    request id, the chunk's shape and dtype against the spec, finite actions, the observation's
+    stamp. With CURVE the server's key is pinned by the key bundle itself."""
 
     def __init__(
         self,
@@ -39,6 +49,8 @@ class RemoteClient:
         timeout_s: float = 2.0,
         expected_spec: PolicySpec | None = None,
         connect: bool = True,
+        robot: str | None = None,
+        expected_spec_hash: str | None = None,
     ):
         self.endpoint = endpoint
         self.timeout_s = float(timeout_s)
@@ -49,6 +61,8 @@ class RemoteClient:
             client_keys = zmq.curve_keypair()  # the server may allow any client key
         self._client_keys = client_keys
         self.expected_spec = expected_spec
+        self.robot = robot or f"client-{uuid.uuid4().hex[:12]}"
+        self.pinned_spec_hash = expected_spec_hash
         self._ctx = zmq.Context.instance()
         self._socket: zmq.Socket | None = None
         self._session_open = False
@@ -87,12 +101,14 @@ class RemoteClient:
                 kind, message = reply.get("kind"), reply.get("error", "?")
                 if kind in ("policy", "bad_request"):
                     raise PolicyError(f"remote policy rejected the observation: {message}")
-                if kind in ("version", "spec"):
+                if kind in ("version", "spec", "unauthorized"):
                     self._session_open = False
                     raise RemoteRejected(message)
+                if kind == "overloaded":
+                    raise RemoteOverloaded(f"{self.endpoint} is overloaded: {message}")
                 raise RemoteError(f"remote server error ({kind}): {message}")
             self._sent_instruction = observation.instruction
-            return self._chunk_from(reply)
+            return self._chunk_from(reply, observation)
 
     def close(self) -> None:
         with self._lock:
@@ -120,38 +136,61 @@ class RemoteClient:
             request["plan"] = np.asarray(plan)
         return request
 
-    def _chunk_from(self, reply: dict) -> ActionChunk:
+    def _chunk_from(self, reply: dict, observation: Observation) -> ActionChunk:
         try:
-            timings = dict(reply.get("timings_ms", {}))
-            infer_ms = float(reply.get("infer_ms", 0.0))
-            timings["transport"] = max(self.last_round_trip_ms - infer_ms, 0.0)
-            info = dict(reply.get("info", {}))
-            info["server_infer_ms"] = infer_ms
-            # Copy out of the frame so the caller owns a writable array.
-            actions = np.array(reply["actions"], dtype=np.float32)
+            actions = reply["actions"]
+            spec = self._spec
+            expected = (spec.chunk_len, spec.action_dim)
+            if not isinstance(actions, np.ndarray) or actions.dtype.kind != "f":
+                raise ValueError("actions are not a float array")
+            if actions.shape != expected:
+                raise ValueError(f"actions of shape {actions.shape}, the spec says {expected}")
+            if not np.all(np.isfinite(actions)):
+                raise ValueError("non-finite actions")
+            stamp = float(reply["stamp"])
+            if not math.isclose(stamp, float(observation.stamp), abs_tol=1e-9):
+                raise ValueError(
+                    f"stamp {stamp} answers another observation ({float(observation.stamp)})"
+                )
+            server_timing = {k: float(v) for k, v in dict(reply["timing_ms"]).items()}
+            timings = {k: float(v) for k, v in dict(reply.get("policy_timings_ms", {})).items()}
+            served_ms = sum(server_timing.values())
+            timings["transport"] = max(self.last_round_trip_ms - served_ms, 0.0)
+            info = {k: float(v) for k, v in dict(reply.get("info", {})).items()}
+            info.update({f"server_{k}_ms": v for k, v in server_timing.items()})
             return ActionChunk(
-                actions=actions,
-                stamp=float(reply["stamp"]),
+                actions=actions.astype(np.float32),  # a writable copy, out of the frame
+                stamp=stamp,
                 mode=mode_from_wire(reply["mode"]),
                 timings_ms=timings,
                 info=info,
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise RemoteError(f"malformed reply from {self.endpoint}: {exc}") from exc
+            raise RemoteError(f"reply from {self.endpoint} refused: {exc}") from None
 
     def _hello(self) -> None:
         self._session_open = False
         self._sent_instruction = None
-        request: dict[str, Any] = {"op": "hello"}
+        request: dict[str, Any] = {"op": "hello", "robot": self.robot}
         if self.expected_spec is not None:
             request["expected_spec"] = self.expected_spec.to_dict()
         reply = self._request(request)
         if not reply["ok"]:
             raise RemoteRejected(f"{self.endpoint} refused the session: {reply.get('error')}")
         try:
-            self._spec = PolicySpec.from_dict(reply["spec"])
+            served = spec_hash(reply["spec"])
+            spec = PolicySpec.from_dict(reply["spec"])
         except Exception as exc:
-            raise RemoteError(f"unreadable spec from {self.endpoint}: {exc}") from exc
+            raise RemoteError(f"unreadable spec from {self.endpoint}: {exc}") from None
+        if self.pinned_spec_hash is None:
+            self.pinned_spec_hash = served
+        elif served != self.pinned_spec_hash:
+            self._drop_socket()
+            raise RemoteRejected(
+                f"{self.endpoint} now serves policy {served}, not the pinned "
+                f"{self.pinned_spec_hash}: refusing it"
+            )
+        self._spec = spec
         self._session_open = True
 
     def _request(self, body: dict) -> dict:
@@ -183,10 +222,10 @@ class RemoteClient:
                     f"protocol version mismatch: server speaks v{reply.get('v')}, client "
                     f"speaks v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends"
                 )
-            if reply.get("id") in (request_id, None):
+            if reply.get("id") == request_id and isinstance(reply.get("ok"), bool):
                 self.last_round_trip_ms = (time.perf_counter() - started) * 1e3
                 return reply
-            # A late reply to an earlier request: skip it and keep waiting for ours.
+            # A late reply to an earlier request, or one to nobody: skip it, wait for ours.
 
     def _ensure_socket(self) -> zmq.Socket:
         if self._socket is None:

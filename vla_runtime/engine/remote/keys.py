@@ -1,8 +1,17 @@
-"""CURVE keys for the remote back end, and which endpoints count as loopback (no keys needed)."""
+"""CURVE keys for the remote back end, and which endpoints count as loopback (no keys needed).
+
+A key directory holds the server's pair (`server.key`, `server.key_secret`), the allow-list
+`authorized_clients/` (one public `<robot>.key` per robot) and, per robot, the bundle to copy
+onto it (`robots/<robot>/`: the server's public key and the robot's own pair, the layout
+`load_client_keys` reads). The allow-list is the whole truth: a robot whose key is not there,
+or an empty list, is refused; revoking a robot removes its key, and a running server drops it
+within a second.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import shutil
 from pathlib import Path
 
@@ -11,6 +20,8 @@ import zmq.auth
 SERVER_KEY_NAME = "server"
 CLIENT_KEY_NAME = "client"
 AUTHORIZED_CLIENTS_DIR = "authorized_clients"
+ROBOTS_DIR = "robots"
+ROBOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -29,39 +40,82 @@ def is_loopback(endpoint: str) -> bool:
         return False
 
 
+def check_robot_name(name: str) -> str:
+    if not ROBOT_NAME.fullmatch(name or ""):
+        raise ValueError(f"robot name {name!r}: 1-64 letters, digits, '_', '.' or '-'")
+    return name
+
+
 def generate_keys(directory: str | Path) -> Path:
-    """Write a server and a client CURVE key pair under `directory` and authorise the client.
-
-    Give robots `server.key` (public) and `client.key_secret`; keep `server.key_secret` on the
-    server. More robots: drop their public `*.key` files into `authorized_clients/`."""
-
+    """Write the server's CURVE key pair under `directory` with an empty allow-list (nobody
+    may connect until `add_robot`)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     zmq.auth.create_certificates(directory, SERVER_KEY_NAME)
-    client_public, _ = zmq.auth.create_certificates(directory, CLIENT_KEY_NAME)
-    allowed = directory / AUTHORIZED_CLIENTS_DIR
-    allowed.mkdir(exist_ok=True)
-    shutil.copy(client_public, allowed / Path(client_public).name)
-    for secret in directory.glob("*.key_secret"):
-        secret.chmod(0o600)
+    (directory / AUTHORIZED_CLIENTS_DIR).mkdir(exist_ok=True)
+    (directory / SERVER_KEY_NAME).with_suffix(".key_secret").chmod(0o600)
     return directory
 
 
-def load_server_keys(directory: str | Path) -> tuple[bytes, Path | None]:
-    """(server secret key, allow-list directory or None) from a `generate_keys` directory."""
+def add_robot(directory: str | Path, name: str) -> Path:
+    """A key pair of its own for robot `name`, authorised on the server. Returns the bundle
+    directory to copy onto the robot (engine parameter `curve_keys`)."""
+    directory, name = Path(directory), check_robot_name(name)
+    server_public = directory / f"{SERVER_KEY_NAME}.key"
+    if not server_public.is_file():
+        raise FileNotFoundError(
+            f"no {server_public}: create keys with `vla-runtime serve --gen-keys DIR` first"
+        )
+    allowed = directory / AUTHORIZED_CLIENTS_DIR / f"{name}.key"
+    if allowed.exists():
+        raise FileExistsError(f"robot {name!r} already has a key; revoke it first to replace it")
+    bundle = directory / ROBOTS_DIR / name
+    if bundle.exists():
+        shutil.rmtree(bundle)
+    bundle.mkdir(parents=True)
+    public, secret = zmq.auth.create_certificates(bundle, CLIENT_KEY_NAME)
+    Path(secret).chmod(0o600)
+    shutil.copy(server_public, bundle / server_public.name)
+    allowed.parent.mkdir(exist_ok=True)
+    shutil.copy(public, allowed)
+    return bundle
 
+
+def revoke_robot(directory: str | Path, name: str) -> bool:
+    """Remove robot `name` from the allow-list (and its bundle). False: it had no key."""
+    directory, name = Path(directory), check_robot_name(name)
+    allowed = directory / AUTHORIZED_CLIENTS_DIR / f"{name}.key"
+    shutil.rmtree(directory / ROBOTS_DIR / name, ignore_errors=True)
+    if not allowed.exists():
+        return False
+    allowed.unlink()
+    return True
+
+
+def load_server_keys(directory: str | Path) -> tuple[bytes, Path]:
+    """(server secret key, allow-list directory) from a `generate_keys` directory."""
     directory = Path(directory)
     path = directory / f"{SERVER_KEY_NAME}.key_secret"
     if not path.is_file():
         raise FileNotFoundError(f"no {path}: create keys with `vla-runtime serve --gen-keys DIR`")
     _, secret = zmq.auth.load_certificate(path)
-    allowed = directory / AUTHORIZED_CLIENTS_DIR
-    return secret, (allowed if allowed.is_dir() and any(allowed.glob("*.key")) else None)
+    return secret, directory / AUTHORIZED_CLIENTS_DIR
+
+
+def allowed_robots(allow_list: str | Path) -> dict[str, str]:
+    """{client public key (z85), robot name} of every key in the allow-list directory."""
+    robots = {}
+    for path in sorted(Path(allow_list).glob("*.key")):
+        try:
+            public, _ = zmq.auth.load_certificate(path)
+        except (OSError, ValueError):
+            continue
+        robots[public.decode("ascii")] = path.stem  # certificates hold z85 text
+    return robots
 
 
 def load_client_keys(directory: str | Path) -> tuple[bytes, tuple[bytes, bytes]]:
-    """(server public key, (client public, client secret)) from a `generate_keys` directory."""
-
+    """(server public key, (client public, client secret)) from a robot's bundle."""
     directory = Path(directory)
     server_public, _ = zmq.auth.load_certificate(directory / f"{SERVER_KEY_NAME}.key")
     client_public, client_secret = zmq.auth.load_certificate(

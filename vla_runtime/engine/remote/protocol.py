@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from vla_runtime.core.compute_mode import ComputeMode
@@ -10,8 +12,6 @@ from vla_runtime.engine.remote import wire
 
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
-# Largest message a server accepts: bounds the memory a misbehaving peer can make us allocate.
-MAX_MESSAGE_BYTES = 256 << 20
 
 
 class RemoteError(RuntimeError):
@@ -23,7 +23,18 @@ class RemoteUnavailable(RemoteError):
 
 
 class RemoteRejected(RemoteError):
-    """The server refused the session: protocol version or policy spec mismatch."""
+    """The server refused the session (protocol version, policy spec, robot not authorised), or
+    it is not the server this client pinned."""
+
+
+class RemoteOverloaded(RemoteError):
+    """The server's queue was full: the request was not run."""
+
+
+def spec_hash(spec: dict) -> str:
+    """A short fingerprint of a policy spec (its canonical JSON), pinned by clients."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def ok_reply(request_id, **body) -> dict:
@@ -31,13 +42,9 @@ def ok_reply(request_id, **body) -> dict:
 
 
 def error_reply(request_id, kind: str, message: str) -> dict:
-    return {
-        "v": wire.PROTOCOL_VERSION,
-        "id": request_id,
-        "ok": False,
-        "kind": kind,
-        "error": message,
-    }
+    """One line of at most 300 characters: nothing more of the server reaches a client."""
+    line = (message.splitlines() or [""])[0][:300]
+    return {"v": wire.PROTOCOL_VERSION, "id": request_id, "ok": False, "kind": kind, "error": line}
 
 
 def mode_to_wire(mode: ComputeMode) -> dict:

@@ -1,15 +1,27 @@
-"""`PolicyServer`: a ROUTER socket serving one policy to many robots, one session per client
-identity; `serve_main` is `vla-runtime serve`."""
+"""`PolicyServer`: a ROUTER socket serving one policy to many robots, one session per robot;
+`serve_main` is `vla-runtime serve`.
+
+Nothing a client sends can grow the server without bound: a message is refused by its frames'
+sizes before it is read (`wire.check_size`, and libzmq drops a peer whose frame exceeds
+`wire.MAX_MESSAGE_BYTES`), headers are unpacked within fixed limits, at most `max_queue`
+requests wait (more are answered `overloaded` at once), and at most `max_sessions` robots hold a
+session (idle ones expire, then the least recently seen is dropped; its robot says hello again).
+A session belongs to a robot, not to a socket: a robot that reconnects gets its session back.
+With CURVE, the robot is the name its key has in the allow-list, re-read every second, so a
+revoked robot is refused on its next request. A client never sees a traceback or exception text
+from the server: an internal error is answered with a reference to the server's log line."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import logging
 import signal
 import sys
 import threading
 import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,39 +30,73 @@ import numpy as np
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from vla_runtime.engine.factory import load_policy
+from vla_runtime.core.compute_mode import ComputeModeError
+from vla_runtime.core.threads import resolve_threads
+from vla_runtime.engine.factory import BACKENDS, load_policy
 from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.engine.remote import wire
-from vla_runtime.engine.remote.keys import generate_keys, is_loopback, load_server_keys
+from vla_runtime.engine.remote.keys import (
+    ROBOT_NAME,
+    add_robot,
+    allowed_robots,
+    generate_keys,
+    is_loopback,
+    load_server_keys,
+    revoke_robot,
+)
 from vla_runtime.engine.remote.protocol import (
     DEFAULT_BIND,
-    MAX_MESSAGE_BYTES,
     error_reply,
     float_map,
     mode_from_wire,
     mode_to_wire,
     ok_reply,
+    spec_hash,
     spec_mismatch,
 )
 
 log = logging.getLogger(__name__)
 
+ALLOW_LIST_RELOAD_S = 1.0
+PEER_QUEUE_DEPTH = 4  # messages libzmq buffers per connected peer (RCVHWM)
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_sessions: int = 32
+    session_idle_s: float = 120.0
+    max_queue: int = 8  # requests waiting for the policy
+
 
 @dataclass
 class _Session:
+    robot: str
+    identity: bytes  # the socket it speaks through now
     policy: Any
     instruction: str = ""
     last_seen: float = field(default_factory=time.monotonic)
     requests: int = 0
 
 
+@dataclass
+class _Pending:
+    identity: bytes
+    request: dict
+    robot: str | None  # authenticated robot name (CURVE); None on loopback
+    arrived: float
+    decode_ms: float
+
+
 class PolicyServer:
     """Serve `policy` on `bind`. Use `serve(stop_event)` in the foreground or `start()`/`stop()`.
 
     Requests are handled one at a time, in arrival order (one accelerator, one model).
-    Per-client state: a policy with `reset()` (the caching back ends) is shallow-copied for each
-    client session and the copy reset (and `reseed(seed)`): weights and runtime sessions are
-    shared, caches and RNG are not. Other policies are shared as they are (stateless)."""
+    Per-robot state: a policy with `reset()` (the caching back ends) is shallow-copied for each
+    session and the copy reset (and `reseed(seed)`): weights and runtime sessions are shared,
+    caches and RNG are not. Other policies are shared as they are (stateless).
+
+    With `curve_secret`, only robots whose public key is in `authorized_clients` (a directory
+    of `<robot>.key` files) are served; a missing or empty directory refuses everyone."""
 
     def __init__(
         self,
@@ -58,28 +104,38 @@ class PolicyServer:
         bind: str = DEFAULT_BIND,
         curve_secret: bytes | str | None = None,
         authorized_clients: str | Path | None = None,
-        session_ttl_s: float = 600.0,
         seed: int = 0,
+        limits: ServerLimits = ServerLimits(),
+        threads: int | None = None,
     ):
         if curve_secret is None and not is_loopback(bind):
             raise ValueError(
                 f"refusing to serve on {bind} without CURVE keys: anything but loopback needs "
-                "authentication (create keys with `vla-runtime serve --gen-keys DIR`, then pass "
-                "`--curve-keys DIR`), or bind tcp://127.0.0.1:PORT"
+                "authentication (create keys with `vla-runtime serve --gen-keys DIR`, add robots "
+                "with `--add-robot NAME`, then pass `--curve-keys DIR`), or bind "
+                "tcp://127.0.0.1:PORT"
             )
-        self.policy = policy
+        self.policy, self.limits, self.threads = policy, limits, threads
         self._seed = seed
         self._spec_dict = policy.spec.to_dict()
-        self._session_ttl_s = session_ttl_s
-        self._sessions: dict[bytes, _Session] = {}
-        self._last_sweep = time.monotonic()
+        self.spec_hash = spec_hash(self._spec_dict)
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()  # robot -> session, LRU
+        self._robot_of: dict[bytes, str] = {}  # socket identity -> robot of a live session
+        self._queue: deque[_Pending] = deque()
+        self._errors = itertools.count(1)
+        self.counters = {"served": 0, "refused": 0, "overloaded": 0, "evicted": 0}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._ctx = zmq.Context()
         self._auth = None
+        self._allow_list: Path | None = None
+        self._allowed: dict[str, str] = {}
+        self._allow_signature: tuple = ()
+        self._allow_checked = 0.0
         self._socket = self._ctx.socket(zmq.ROUTER)
         self._socket.linger = 0
-        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
+        self._socket.setsockopt(zmq.RCVHWM, PEER_QUEUE_DEPTH)
         try:
             if curve_secret is not None:
                 self._enable_curve(curve_secret, authorized_clients)
@@ -94,15 +150,38 @@ class PolicyServer:
         secret = secret.encode() if isinstance(secret, str) else secret
         self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
         self._auth.start()
-        if authorized_clients is None:
-            # Any client that knows our public key may connect (still encrypted, and the
-            # client authenticates us); an allow-list additionally authenticates clients.
-            self._auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
-        else:
-            self._auth.configure_curve(domain="*", location=str(authorized_clients))
+        self._allow_list = Path(authorized_clients) if authorized_clients else None
+        self._reload_allow_list(force=True)
+        self._auth.configure_curve_callback(domain="*", credentials_provider=self)
+        if not self._allowed:
+            log.warning(
+                "no robot keys in %s: every client is refused until one is added "
+                "(`vla-runtime serve --curve-keys DIR --add-robot NAME`)",
+                self._allow_list,
+            )
         self._socket.curve_secretkey = secret
         self._socket.curve_publickey = zmq.curve_public(secret)
         self._socket.curve_server = True
+
+    def _reload_allow_list(self, force: bool = False) -> None:
+        """Re-read the allow-list when its files changed (at most once a second)."""
+        now = time.monotonic()
+        if self._auth is None or (not force and now - self._allow_checked < ALLOW_LIST_RELOAD_S):
+            return
+        self._allow_checked = now
+        files = sorted(self._allow_list.glob("*.key")) if self._allow_list else []
+        signature = tuple((p.name, p.stat().st_mtime_ns) for p in files if p.exists())
+        if not force and signature == self._allow_signature:
+            return
+        self._allow_signature = signature
+        self._allowed = allowed_robots(self._allow_list) if self._allow_list else {}
+        for robot in [r for r in self._sessions if r not in self._allowed.values()]:
+            self._drop_session(robot)
+            log.info("robot %s revoked: session closed", robot)
+
+    def callback(self, domain: str, client_key: bytes) -> bool:
+        """ZAP: admit a connecting client whose key (z85) is in the allow-list."""
+        return client_key.decode("ascii", "replace") in self._allowed
 
     # -- loop ------------------------------------------------------------------------------
 
@@ -111,19 +190,74 @@ class PolicyServer:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         while not stop.is_set():
-            if not poller.poll(poll_ms):
+            if not self._queue and not poller.poll(poll_ms):
+                self._reload_allow_list()
                 continue
-            frames = self._socket.recv_multipart(copy=False)
-            identity = frames[0].bytes
+            self._receive_pending()
+            if self._queue:
+                pending = self._queue.popleft()
+                self._send(pending.identity, self._handle_safely(pending))
+
+    def _receive_pending(self) -> None:
+        """Take every message libzmq holds: decoded into the queue, or answered at once."""
+        while True:
             try:
-                reply = self.handle(identity, frames[1:])
-            except Exception as exc:  # never let one bad request take the server down
-                log.exception("request from %s failed", identity.hex())
-                reply = wire.encode(error_reply(None, "internal", f"server error: {exc!r}"))
+                first = self._socket.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            identity, frames, sizes = first.bytes, [], []
+            while self._socket.getsockopt(zmq.RCVMORE):
+                frame = self._socket.recv(copy=False)
+                sizes.append(len(frame))
+                if len(sizes) <= wire.MAX_FRAMES and sum(sizes) <= wire.MAX_MESSAGE_BYTES:
+                    frames.append(frame)  # anything past a limit is let go at once
+            started = time.perf_counter()
             try:
-                self._socket.send_multipart([identity, *reply], copy=False)
-            except zmq.ZMQError as exc:
-                log.warning("reply to %s dropped: %s", identity.hex(), exc)
+                wire.check_size(sizes)
+                request = wire.decode(frames)
+            except wire.WireError as exc:
+                self.counters["refused"] += 1
+                log.warning("malformed request from %s: %s", identity.hex(), exc)
+                self._send(identity, error_reply(None, "bad_request", str(exc)))
+                continue
+            request_id = request.get("id")
+            if len(self._queue) >= self.limits.max_queue:
+                self.counters["overloaded"] += 1
+                self._send(
+                    identity,
+                    error_reply(
+                        request_id, "overloaded", f"{len(self._queue)} requests waiting; try again"
+                    ),
+                )
+                continue
+            robot = None
+            if self.secure:
+                robot = self._allowed.get(frames[0].get("User-Id"))
+                if robot is None:
+                    self.counters["refused"] += 1
+                    self._send(
+                        identity,
+                        error_reply(request_id, "unauthorized", "this client's key is not allowed"),
+                    )
+                    continue
+            decode_ms = (time.perf_counter() - started) * 1e3
+            self._queue.append(_Pending(identity, request, robot, started, decode_ms))
+
+    def _send(self, identity: bytes, reply: dict) -> None:
+        try:
+            self._socket.send_multipart([identity, *wire.encode(reply)], copy=False)
+        except zmq.ZMQError as exc:
+            log.warning("reply to %s dropped: %s", identity.hex(), exc)
+
+    def _handle_safely(self, pending: _Pending) -> dict:
+        try:
+            return self.handle(pending)
+        except Exception:  # never let one bad request take the server down, nor tell why
+            ref = next(self._errors)
+            log.exception("internal error #%d on a request from %s", ref, pending.identity.hex())
+            return error_reply(
+                pending.request.get("id"), "internal", f"internal server error (server log #{ref})"
+            )
 
     def start(self) -> PolicyServer:
         self._thread = threading.Thread(target=self.serve, name="policy-server", daemon=True)
@@ -161,55 +295,102 @@ class PolicyServer:
 
     # -- requests --------------------------------------------------------------------------
 
-    def handle(self, identity: bytes, frames: list[Any]) -> list[Any]:
-        """One request (frames after the routing id) -> reply frames."""
-        try:
-            request = wire.decode(frames)
-        except wire.WireError as exc:
-            log.warning("malformed request from %s: %s", identity.hex(), exc)
-            return wire.encode(error_reply(None, "bad_request", str(exc)))
+    def handle(self, pending: _Pending) -> dict:
+        """One decoded request -> its reply."""
+        request, identity = pending.request, pending.identity
+        queue_ms = (time.perf_counter() - pending.arrived) * 1e3 - pending.decode_ms
         request_id = request.get("id")
         version = request.get("v")
         if version != wire.PROTOCOL_VERSION:
-            return wire.encode(
-                error_reply(
-                    request_id,
-                    "version",
-                    f"protocol version mismatch: client speaks v{version}, server speaks "
-                    f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
-                )
+            return error_reply(
+                request_id,
+                "version",
+                f"protocol version mismatch: client speaks v{str(version)[:10]}, server speaks "
+                f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
             )
-        self._sweep_sessions()
+        self._reload_allow_list()
+        self._expire_sessions()
         op = request.get("op")
         if op == "hello":
-            return wire.encode(self._hello(identity, request))
-        if op == "infer":
-            session = self._sessions.get(identity)
-            if session is None:
-                return wire.encode(
-                    error_reply(
-                        request_id, "handshake_required", "unknown session: say hello first"
-                    )
-                )
-            session.last_seen = time.monotonic()
-            session.requests += 1
-            return wire.encode(self._infer(session, request))
-        return wire.encode(error_reply(request_id, "bad_request", f"unknown op {op!r}"))
+            return self._hello(pending)
+        if op != "infer":
+            return error_reply(request_id, "bad_request", f"unknown op {str(op)[:40]!r}")
+        robot = self._robot_of.get(identity)
+        session = self._sessions.get(robot) if robot else None
+        if session is None or (pending.robot is not None and pending.robot != robot):
+            return error_reply(request_id, "handshake_required", "unknown session: say hello")
+        session.last_seen = time.monotonic()
+        session.requests += 1
+        self._sessions.move_to_end(robot)
+        reply = self._infer(session, request)
+        if reply["ok"]:
+            reply["timing_ms"] = {
+                "decode": pending.decode_ms,
+                "queue": queue_ms,
+                "infer": reply["timing_ms"]["infer"],
+            }
+        return reply
 
-    def _hello(self, identity: bytes, request: dict) -> dict:
+    def _hello(self, pending: _Pending) -> dict:
+        request, identity = pending.request, pending.identity
+        request_id = request.get("id")
         expected = request.get("expected_spec")
         if expected is not None:
             mismatch = spec_mismatch(expected, self._spec_dict)
             if mismatch:
                 return error_reply(
-                    request.get("id"),
+                    request_id,
                     "spec",
                     f"policy spec mismatch (client expects vs server serves): {mismatch}",
                 )
-        if identity not in self._sessions:
-            log.info("client %s connected (%d sessions)", identity.hex(), len(self._sessions) + 1)
-        self._sessions[identity] = _Session(self._session_policy())
-        return ok_reply(request.get("id"), spec=self._spec_dict)
+        robot = pending.robot
+        if robot is None:  # loopback: the robot names itself, or is its socket
+            claimed = request.get("robot")
+            if claimed is not None and not (
+                isinstance(claimed, str) and ROBOT_NAME.fullmatch(claimed)
+            ):
+                return error_reply(
+                    request_id, "bad_request", "robot: 1-64 letters, digits, '_', '.' or '-'"
+                )
+            robot = claimed or identity.hex()
+        session = self._sessions.get(robot)
+        if session is None:
+            while len(self._sessions) >= self.limits.max_sessions:
+                oldest = next(iter(self._sessions))
+                self._drop_session(oldest)
+                self.counters["evicted"] += 1
+                log.info("session of %s evicted (limit %d)", oldest, self.limits.max_sessions)
+            session = _Session(robot, identity, self._session_policy())
+            self._sessions[robot] = session
+            log.info("robot %s connected (%d sessions)", robot, len(self._sessions))
+        else:  # the same robot again (reconnected): its session, caches started afresh
+            self._robot_of.pop(session.identity, None)
+            session.identity, session.instruction = identity, ""
+            if callable(getattr(session.policy, "reset", None)):
+                session.policy.reset()
+        self._robot_of[identity] = robot
+        session.last_seen = time.monotonic()
+        self._sessions.move_to_end(robot)
+        return ok_reply(
+            request_id,
+            spec=self._spec_dict,
+            spec_hash=self.spec_hash,
+            robot=robot,
+            threads=self.threads,
+        )
+
+    def _drop_session(self, robot: str) -> None:
+        session = self._sessions.pop(robot, None)
+        if session is not None:
+            self._robot_of.pop(session.identity, None)
+
+    def _expire_sessions(self) -> None:
+        now = time.monotonic()
+        idle = [
+            r for r, s in self._sessions.items() if now - s.last_seen > self.limits.session_idle_s
+        ]
+        for robot in idle:
+            self._drop_session(robot)
 
     def _session_policy(self):
         if not callable(getattr(self.policy, "reset", None)):
@@ -224,10 +405,12 @@ class PolicyServer:
         request_id = request.get("id")
         try:
             if "instruction" in request:
-                session.instruction = str(request["instruction"])
+                if not isinstance(request["instruction"], str):
+                    raise TypeError("instruction must be a string")
+                session.instruction = request["instruction"]
             images = request["images"]
             if not isinstance(images, dict) or not all(
-                isinstance(v, np.ndarray) for v in images.values()
+                isinstance(k, str) and isinstance(v, np.ndarray) for k, v in images.items()
             ):
                 raise PolicyError("images must map camera names to arrays")
             state = request["state"]
@@ -237,13 +420,15 @@ class PolicyServer:
             if plan is not None and not isinstance(plan, np.ndarray):
                 raise PolicyError("plan must be an array or absent")
             mode = mode_from_wire(request.get("mode", {}))
+            stamp = request.get("stamp", 0.0)
+            if not isinstance(stamp, int | float) or not np.isfinite(stamp):
+                raise ValueError("stamp must be a finite number")
             observation = Observation(
-                images=images,
-                state=state,
-                instruction=session.instruction,
-                stamp=float(request.get("stamp", 0.0)),
+                images=images, state=state, instruction=session.instruction, stamp=float(stamp)
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except PolicyError as exc:
+            return error_reply(request_id, "policy", str(exc))
+        except (KeyError, TypeError, ValueError, ComputeModeError) as exc:
             return error_reply(request_id, "bad_request", f"malformed infer request: {exc}")
         started = time.perf_counter()
         try:
@@ -251,32 +436,25 @@ class PolicyServer:
         except PolicyError as exc:
             return error_reply(request_id, "policy", str(exc))
         infer_ms = (time.perf_counter() - started) * 1e3
+        self.counters["served"] += 1
         return ok_reply(
             request_id,
             actions=np.asarray(chunk.actions, dtype=np.float32),
             stamp=float(chunk.stamp),
             mode=mode_to_wire(chunk.mode),
-            timings_ms=float_map(chunk.timings_ms),
+            policy_timings_ms=float_map(chunk.timings_ms),
             info=float_map(chunk.info),
-            infer_ms=infer_ms,
+            timing_ms={"infer": infer_ms},
         )
-
-    def _sweep_sessions(self) -> None:
-        now = time.monotonic()
-        if now - self._last_sweep < 10.0:
-            return
-        self._last_sweep = now
-        for identity in [
-            i for i, s in self._sessions.items() if now - s.last_seen > self._session_ttl_s
-        ]:
-            del self._sessions[identity]
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="vla-runtime serve", description="Serve a policy to robots over ZeroMQ."
+        prog="vla-runtime serve",
+        description="Serve a policy to robots over ZeroMQ. Off loopback, CURVE keys are required "
+        "and only robots added with --add-robot are served.",
     )
-    parser.add_argument("--backend", default="torch", choices=["torch", "onnxruntime", "tensorrt"])
+    parser.add_argument("--backend", default="torch", choices=list(BACKENDS))
     parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: random)")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--device", default="cpu")
@@ -285,25 +463,70 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=0, help="CPU threads for the back end (0: host default)"
     )
     parser.add_argument("--bind", default=DEFAULT_BIND)
-    parser.add_argument("--curve-keys", default=None, help="directory made by --gen-keys")
+    parser.add_argument("--max-sessions", type=int, default=ServerLimits.max_sessions)
+    parser.add_argument("--session-idle-s", type=float, default=ServerLimits.session_idle_s)
+    parser.add_argument("--max-queue", type=int, default=ServerLimits.max_queue)
     parser.add_argument(
-        "--gen-keys", default=None, metavar="DIR", help="write server/client CURVE keys and exit"
+        "--curve-keys", default=None, metavar="DIR", help="key directory made by --gen-keys"
+    )
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--gen-keys",
+        default=None,
+        metavar="DIR",
+        help="write the server's CURVE key pair and an empty allow-list, then exit",
+    )
+    keys.add_argument(
+        "--add-robot",
+        metavar="NAME",
+        help="with --curve-keys: a key pair for robot NAME, allowed; then exit",
+    )
+    keys.add_argument(
+        "--revoke-robot",
+        metavar="NAME",
+        help="with --curve-keys: remove robot NAME from the allow-list; then exit "
+        "(a running server refuses it within a second)",
     )
     return parser
+
+
+def _manage_keys(args) -> int | None:
+    """--gen-keys / --add-robot / --revoke-robot; None when none was asked."""
+    if args.gen_keys:
+        directory = generate_keys(args.gen_keys)
+        print(
+            f"server keys written to {directory}; allow each robot with "
+            f"`vla-runtime serve --curve-keys {directory} --add-robot NAME`"
+        )
+        return 0
+    if not (args.add_robot or args.revoke_robot):
+        return None
+    if not args.curve_keys:
+        raise ValueError("--add-robot and --revoke-robot need --curve-keys DIR")
+    if args.add_robot:
+        bundle = add_robot(args.curve_keys, args.add_robot)
+        print(
+            f"robot {args.add_robot} allowed; copy {bundle} onto it and set the engine "
+            f"parameter curve_keys to that directory"
+        )
+    elif revoke_robot(args.curve_keys, args.revoke_robot):
+        print(f"robot {args.revoke_robot} revoked")
+    else:
+        raise ValueError(f"robot {args.revoke_robot!r} has no key in {args.curve_keys}")
+    return 0
 
 
 def serve_main(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[serve] %(levelname)s %(message)s")
-    if args.gen_keys:
-        directory = generate_keys(args.gen_keys)
-        print(
-            f"keys written to {directory}: keep server.key_secret on the server; give robots "
-            "server.key and client.key_secret (or add their own *.key to authorized_clients/)"
-        )
-        return 0
-    secret, allowed = None, None
     try:
+        managed = _manage_keys(args)
+        if managed is not None:
+            return managed
+        limits = ServerLimits(args.max_sessions, args.session_idle_s, args.max_queue)
+        if min(limits.max_sessions, limits.max_queue) < 1 or limits.session_idle_s <= 0:
+            raise ValueError("--max-sessions, --max-queue and --session-idle-s must be positive")
+        secret, allowed = None, None
         if not args.curve_keys and not is_loopback(args.bind):
             # Same check as PolicyServer, done before the (slow) model load.
             raise ValueError(
@@ -312,11 +535,18 @@ def serve_main(argv: list[str] | None = None) -> int:
             )
         if args.curve_keys:
             secret, allowed = load_server_keys(args.curve_keys)
+        threads = resolve_threads(args.threads)
         policy = _load_backend(args)
         server = PolicyServer(
-            policy, args.bind, curve_secret=secret, authorized_clients=allowed, seed=args.seed
+            policy,
+            args.bind,
+            curve_secret=secret,
+            authorized_clients=allowed,
+            seed=args.seed,
+            limits=limits,
+            threads=threads,
         )
-    except (ValueError, FileNotFoundError, ImportError, zmq.ZMQError) as exc:
+    except (ValueError, OSError, ImportError, PolicyError, zmq.ZMQError) as exc:
         log.error("%s", exc)
         return 2
     stop = threading.Event()
@@ -324,11 +554,13 @@ def serve_main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     spec = policy.spec
     log.info(
-        "serving %s policy (%d cameras, H=%d, action_dim=%d) on %s%s",
+        "serving %s policy (%d cameras, H=%d, action_dim=%d, spec %s, %s threads) on %s%s",
         args.backend,
         len(spec.cameras),
         spec.chunk_len,
         spec.action_dim,
+        server.spec_hash,
+        threads,
         server.endpoint,
         " with CURVE" if server.secure else "",
     )
@@ -346,7 +578,7 @@ def _load_backend(args):
         preset=args.preset,
         device=args.device,
         seed=args.seed,
-        threads=args.threads,
+        threads=resolve_threads(args.threads),
     )
 
 
