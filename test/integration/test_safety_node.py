@@ -246,6 +246,22 @@ def test_every_chunk_gets_one_verdict_and_only_executable_ones_pass(probe):
     assert probe.outputs == []  # chunks never command the arm directly
 
 
+def test_an_oversized_chunk_is_refused_unread_and_the_gate_keeps_ticking(probe):
+    probe.wait_for_state()
+    huge = chunk_msg(probe.now(), [[*HOME, 0.04]] * 100_000, dt=0.001)
+    probe.chunk_pub.publish(huge)
+    probe.spin_until(lambda: "chunk_refused" in probe.kinds(), "the oversized chunk refused")
+    refused = next(e for e in probe.events if e["event"] == "chunk_refused")
+    assert "refused unread" in refused["reason"]
+    held = probe.outputs[-1][1] if probe.outputs else HOME
+    probe.chunk_pub.publish(chunk_msg(probe.now(), [[*HOME, 0.04]] * 10))
+    probe.spin_until(lambda: "chunk" in probe.kinds(), "a verdict on the next chunk")
+    assert next(e for e in probe.events if e["event"] == "chunk")["verdict"] == "accept"
+    before = len(probe.outputs)
+    probe.run(0.5, command=lambda t: np.asarray(held[:7]) + [0.05 * t, 0, 0, 0, 0, 0, 0])
+    assert len(probe.outputs) > before  # the gate still commands the arm
+
+
 def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_path):
     """command_interface:=trajectory (franka_ros2 JTC, UR scaled JTC) with joint states from a
     best-effort publisher, as franka_ros2's broadcasters publish them."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from vla_runtime.core.compute_mode import ComputeMode
+from vla_runtime.core.compute_mode import ComputeMode, ComputeModeError
 from vla_runtime.engine.checkpoint import (
     Checkpoint,
     Normalization,
@@ -261,6 +261,26 @@ def test_compute_mode_parsing():
     assert mode.stable_cameras == frozenset({"scene"})
     assert ComputeMode.parse(mode.to_json()) == mode
     assert ComputeMode(4, 1).token == "v4d1"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"vision_level": Infinity}',
+        '{"vision_level": 1e400}',
+        '{"vision_level": 1.5}',
+        '{"vision_level": "2"}',
+        '{"stable_cameras": "scene"}',
+        '{"stable_cameras": [1]}',
+        "[" * 100_000 + "]" * 100_000,
+        "[" * 500 + "]" * 500,
+        "v9d9",
+        "",
+    ],
+)
+def test_malformed_compute_modes_are_compute_mode_errors(text):
+    with pytest.raises(ComputeModeError):
+        ComputeMode.parse(text)
 
 
 def test_unknown_backend_is_rejected():

@@ -103,7 +103,8 @@ def test_chunk_entirely_stale_is_rejected_and_counted():
         (1.0, [], np.empty((0, 8)), "empty"),
         (1.0, chunk_times(3), np.full((3, 8), np.nan), "non-finite"),
         (1.0, chunk_times(3), np.zeros((3, 7)), "expected (3, 8)"),
-        (1.0, [0.02, 0.02, 0.04], line([1, 1, 1]), "strictly increasing"),
+        (1.0, [0.02, 0.02, 0.04], line([1, 1, 1]), "increase by at least"),
+        (1.0, [0.02, 0.02 + 1e-9, 0.04], line([1, 1, 1]), "increase by at least"),
         (2.0, chunk_times(3), line(2.0 + chunk_times(3)), "future"),
         (float("nan"), chunk_times(3), line(chunk_times(3)), "non-finite"),
     ],
@@ -117,6 +118,16 @@ def test_bad_chunks_are_rejected_and_the_arm_holds(t_obs, times, positions, reas
     assert all(s.holding for s in setpoints)
     np.testing.assert_array_equal(setpoints[-1].position, HOME)
     assert streamer_metrics(streamer)["last_rejection"] == result.reason
+
+
+def test_points_a_nanosecond_apart_at_epoch_stamps_are_rejected_not_fatal():
+    now = 1.8e9  # float64 resolves 0.24 us here: 1 ns steps fall on the same time
+    streamer = make_streamer()
+    streamer.tick(now)
+    times = 0.02 + 1e-9 * np.arange(16)
+    result = streamer.merge_chunk(now, now, times, line(times))
+    assert not result.accepted and "increase by at least" in result.reason
+    assert all(s.holding for s in tick_until(streamer, now + 0.004, now + 0.05))
 
 
 def test_blend_keeps_position_and_velocity_continuous():

@@ -7,6 +7,8 @@ import json
 import re
 from dataclasses import dataclass
 
+MAX_TEXT_LEN = 1024  # a mode with every camera named fits many times over
+
 
 class ComputeModeError(ValueError):
     """A compute mode out of range or unparsable."""
@@ -46,28 +48,37 @@ class ComputeMode:
 
     @classmethod
     def parse(cls, text: str) -> ComputeMode:
-        """Accept the fixed token (`v2d1`) or a JSON object with the field names."""
-        text = text.strip()
+        """Accept the fixed token (`v2d1`) or a JSON object with the field names. Anything else,
+        however malformed (too long, too deep, non-integer levels), is a ComputeModeError."""
+        text = str(text).strip()
+        if len(text) > MAX_TEXT_LEN:
+            raise ComputeModeError(
+                f"compute mode of {len(text)} characters (at most {MAX_TEXT_LEN})"
+            )
         token = re.fullmatch(r"v(\d)d(\d)", text)
         if token:
             return cls(int(token.group(1)), int(token.group(2)))
         try:
             d = json.loads(text)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError):
             raise ComputeModeError(
-                f"compute mode is neither a token like 'v2d1' nor JSON: {text!r}"
-            ) from e
+                f"compute mode is neither a token like 'v2d1' nor JSON: {text[:80]!r}"
+            ) from None
         if not isinstance(d, dict) or not set(d) <= {
             "vision_level",
             "denoise_level",
             "stable_cameras",
         }:
-            raise ComputeModeError(f"compute mode JSON has unknown fields: {text!r}")
+            raise ComputeModeError(f"compute mode JSON has unknown fields: {text[:80]!r}")
         stable = d.get("stable_cameras")
+        if stable is not None and not (
+            isinstance(stable, list) and all(isinstance(c, str) for c in stable)
+        ):
+            raise ComputeModeError("stable_cameras must be a list of camera names")
         return cls(
-            int(d.get("vision_level", 0)),
-            int(d.get("denoise_level", 0)),
-            None if stable is None else frozenset(str(c) for c in stable),
+            d.get("vision_level", 0),
+            d.get("denoise_level", 0),
+            None if stable is None else frozenset(stable),
         )
 
 

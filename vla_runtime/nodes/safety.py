@@ -42,6 +42,7 @@ from vla_runtime.core.safety.workspace import (
     keep_out_boxes,
 )
 from vla_runtime.ros.messages import (
+    MAX_CHUNK_BYTES,
     arm_command_msg,
     checked_chunk_msg,
     chunk_from_msg,
@@ -134,7 +135,8 @@ class SafetyNode(RuntimeNode):
         self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
         sub = self.create_subscription
         # Deep enough that a burst of chunks is superseded (and reported), not lost in DDS.
-        sub(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 100)
+        self.create_bounded_subscription(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 100,
+                                         MAX_CHUNK_BYTES, self._refuse_chunk)  # fmt: skip
         sub(JointState, topics.COMMAND, self._on_command, 10)
         # Best effort matches reliable and best-effort publishers (franka_ros2's broadcasters).
         sub(JointState, self.robot.state_topic, self._on_state, qos_profile_sensor_data)
@@ -240,6 +242,9 @@ class SafetyNode(RuntimeNode):
     def _on_chunk(self, msg: JointTrajectory) -> None:
         reports = self.chunks.submit(msg, to_seconds(msg.header.stamp), msg.header.frame_id)
         self._publish_events(reports, "chunk_check")
+
+    def _refuse_chunk(self, reason: str) -> None:
+        self._publish_events([{"event": "chunk_refused", "reason": reason}], "chunk_check")
 
     def _check_loop(self) -> None:
         while (checked := self.chunks.check_next()) is not None:

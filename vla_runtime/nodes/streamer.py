@@ -50,6 +50,7 @@ from vla_runtime.core.streaming.lifecycle import (
 )
 from vla_runtime.core.streaming.metrics import LoopTiming, format_value, stats_status
 from vla_runtime.ros.messages import (
+    MAX_CHUNK_BYTES,
     chunk_from_msg,
     command_msg,
     diagnostics_msg,
@@ -134,7 +135,8 @@ class StreamerNode(RuntimeNode):
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
-        self.create_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10)
+        self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10,
+                                         MAX_CHUNK_BYTES, self._refuse_chunk)  # fmt: skip
         self.create_subscription(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
@@ -210,6 +212,11 @@ class StreamerNode(RuntimeNode):
         now = self.now_s()
         request_id = parse_request_id(msg.header.frame_id)
         self._log(self.lifecycle.chunk(now, chunk_from_msg(msg), request_id))
+
+    def _refuse_chunk(self, reason: str) -> None:
+        if self.lifecycle.streamer is not None:
+            self.lifecycle.streamer.reject_chunk(reason)
+        self.get_logger().warning(reason)
 
     def _on_safety_event(self, msg: String) -> None:
         """A vetoed (or discarded) answer to the pending request: ask again at once."""

@@ -26,6 +26,9 @@ from vla_runtime.core.gripper import width_from_opening
 from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk, Verdict
 from vla_runtime.core.streaming.streamer import Request, Setpoint
 
+# A chunk's serialized size at most: ~10 000 points of an 8-joint arm, ten times what the
+# chunk checker accepts, so a legitimate chunk is never refused by its size.
+MAX_CHUNK_BYTES = 1 << 20
 REQUEST_PREFIX = "req:"
 RETRY_PREFIX = " retry:"
 

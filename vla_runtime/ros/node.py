@@ -18,6 +18,7 @@ from rclpy.duration import Duration, Infinite
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, qos_check_compatible
+from rclpy.serialization import deserialize_message
 
 ENDPOINT_CHECK_PERIOD_S = 3.0
 
@@ -106,6 +107,21 @@ class RuntimeNode(Node):
     def create_publisher(self, *args, **kwargs):
         kwargs.setdefault("event_callbacks", PublisherEventCallbacks(use_default_callbacks=False))
         return super().create_publisher(*args, **kwargs)
+
+    def create_bounded_subscription(self, msg_type, topic, callback, qos, max_bytes, refuse):
+        """A subscription whose messages are judged by their serialized size before they are
+        deserialized: one over `max_bytes` goes to `refuse(reason)` unread (rclpy would spend
+        seconds turning a 100 000-point trajectory into Python objects on the node's only
+        executor thread), the rest to `callback` as messages."""
+
+        def on_serialized(data: bytes) -> None:
+            if len(data) > max_bytes:
+                refuse(f"{msg_type.__name__} of {len(data)} bytes refused unread "
+                       f"(at most {max_bytes})")  # fmt: skip
+                return
+            callback(deserialize_message(data, msg_type))
+
+        return self.create_subscription(msg_type, topic, on_serialized, qos, raw=True)
 
     def now_s(self) -> float:
         """The node's clock in seconds (sim time under `use_sim_time`: 0 until the first /clock)."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.kinematics import DHChain
+from vla_runtime.core.rates import MIN_POINT_SPACING_S
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Workcell
 
@@ -139,8 +140,9 @@ class ChunkChecker:
             return _reject(VETO, "non-finite values")
         if not math.isfinite(chunk.stamp):
             return _reject(VETO, "non-finite stamp")
-        if times[0] < 0.0 or (np.diff(times) <= 0.0).any():
-            return _reject(VETO, "time_from_start must be >= 0 and strictly increasing")
+        if times[0] < 0.0 or (np.diff(times) < MIN_POINT_SPACING_S).any():
+            return _reject(VETO, "time_from_start must be >= 0 and increase by at least "
+                                 f"{MIN_POINT_SPACING_S * 1e3:g} ms a point")  # fmt: skip
 
         # Freshness: how old the observation is, and whether anything is still in the future.
         age = now - chunk.stamp

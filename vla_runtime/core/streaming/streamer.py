@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vla_runtime.core.interpolation import JerkLimitedTracker, Limits, MotionState
+from vla_runtime.core.rates import MIN_POINT_SPACING_S
 from vla_runtime.core.speed_scaling import PlanClock
 from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.core.streaming.handover import blend, splice
@@ -286,8 +287,9 @@ class ActionStreamer:
         bad = ~np.all(np.isfinite(positions), axis=1)
         if bad.any():
             return MergeResult(False, f"non-finite actions at {np.flatnonzero(bad).tolist()}")
-        if np.any(tfs < 0) or np.any(np.diff(tfs) <= 0):
-            return MergeResult(False, "time_from_start must be >= 0 and strictly increasing")
+        if np.any(tfs < 0) or np.any(np.diff(tfs) < MIN_POINT_SPACING_S):
+            return MergeResult(False, "time_from_start must be >= 0 and increase by at least "
+                                      f"{MIN_POINT_SPACING_S * 1e3:g} ms a point")  # fmt: skip
         if t_obs > now + cfg.max_future_s:
             return MergeResult(False, f"chunk stamp {t_obs - now:.3f} s in the future")
         t_c = now + cfg.driver_delay_s
