@@ -390,19 +390,13 @@ def test_empty_allow_list_refuses_everyone(tiny_policy, tmp_path):
     remote_keys.revoke_robot(keys, "arm1")
     secret, allowed = remote_keys.load_server_keys(keys)
     server_public, _ = zmq.auth.load_certificate(keys / "server.key")
-    with remote_server.PolicyServer(
-        tiny_policy, "tcp://127.0.0.1:*", curve_secret=secret, authorized_clients=allowed
-    ) as srv:
-        srv.start()
-        with pytest.raises(protocol.RemoteUnavailable):
-            remote_client.RemoteClient(srv.endpoint, server_public, timeout_s=1.0)
-    # No allow-list directory at all is the same.
-    with remote_server.PolicyServer(
-        tiny_policy, "tcp://127.0.0.1:*", curve_secret=secret, authorized_clients=None
-    ) as srv:
-        srv.start()
-        with pytest.raises(protocol.RemoteUnavailable):
-            remote_client.RemoteClient(srv.endpoint, server_public, timeout_s=1.0)
+    for allow_list in (allowed, None):  # an empty directory, or none at all
+        with remote_server.PolicyServer(
+            tiny_policy, "tcp://127.0.0.1:*", curve_secret=secret, authorized_clients=allow_list
+        ) as srv:
+            srv.start()
+            with pytest.raises(protocol.RemoteUnavailable):
+                remote_client.RemoteClient(srv.endpoint, server_public, timeout_s=1.0)
 
 
 def test_revoked_robot_is_refused_while_another_keeps_working(curve_server):
