@@ -14,7 +14,7 @@ import msgpack
 import numpy as np
 import pytest
 import zmq
-from test_remote import _free_port, load_tiny_policy, make_observation
+from test_remote import SlowPolicy, _free_port, load_tiny_policy, make_observation
 
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.policy import ActionChunk
@@ -143,24 +143,15 @@ def test_a_reconnecting_robot_keeps_one_session():
         assert list(server._sessions) == ["arm1"]
 
 
-class _SlowPolicy:
-    def __init__(self, policy, delay_s: float):
-        self.spec, self.policy, self.delay_s = policy.spec, policy, delay_s
-
-    def infer(self, observation, compute_mode=ComputeMode(), plan=None, noise_scale=None):
-        time.sleep(self.delay_s)
-        return self.policy.infer(observation, compute_mode, plan)
-
-
 def test_a_full_queue_answers_overloaded_at_once():
     policy = load_tiny_policy()
     limits = remote_server.ServerLimits(max_queue=1)
-    with remote_server.PolicyServer(_SlowPolicy(policy, 0.5), "tcp://127.0.0.1:*",
+    with remote_server.PolicyServer(SlowPolicy(policy, 0.5), "tcp://127.0.0.1:*",
                                     limits=limits) as server:  # fmt: skip
         server.start()
         clients = [remote_client.RemoteClient(server.endpoint, timeout_s=30, robot=f"r{i}")
                    for i in range(4)]  # fmt: skip
-        obs = make_observation(policy.spec)
+        obs = make_observation(policy.spec, instruction="slow")
         outcomes: list = []
 
         def ask(client):

@@ -190,8 +190,8 @@ class PolicyServer:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         while not stop.is_set():
+            self._reload_allow_list()
             if not self._queue and not poller.poll(poll_ms):
-                self._reload_allow_list()
                 continue
             self._receive_pending()
             if self._queue:
@@ -205,11 +205,12 @@ class PolicyServer:
                 first = self._socket.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            identity, frames, sizes = first.bytes, [], []
+            identity, frames, sizes, total = first.bytes, [], [], 0
             while self._socket.getsockopt(zmq.RCVMORE):
                 frame = self._socket.recv(copy=False)
                 sizes.append(len(frame))
-                if len(sizes) <= wire.MAX_FRAMES and sum(sizes) <= wire.MAX_MESSAGE_BYTES:
+                total += len(frame)
+                if len(sizes) <= wire.MAX_FRAMES and total <= wire.MAX_MESSAGE_BYTES:
                     frames.append(frame)  # anything past a limit is let go at once
             started = time.perf_counter()
             try:
@@ -308,7 +309,6 @@ class PolicyServer:
                 f"protocol version mismatch: client speaks v{str(version)[:10]}, server speaks "
                 f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
             )
-        self._reload_allow_list()
         self._expire_sessions()
         op = request.get("op")
         if op == "hello":
