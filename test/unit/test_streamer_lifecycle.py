@@ -114,6 +114,15 @@ def test_chunks_merge_in_joint_order_or_are_rejected_with_the_reason():
     assert stream.figures()["chunks_rejected"] == 2
 
 
+def test_a_chunk_refused_unread_is_counted_with_its_reason():
+    reason = "JointTrajectory of 9000000 bytes refused unread (at most 1048576)"
+    assert lifecycle().chunk_refused(reason).level == REPEATED  # before the first state too
+    stream = started()
+    assert stream.chunk_refused(reason) == Notice(REPEATED, f"chunk rejected: {reason}")
+    figures = stream.figures()
+    assert (figures["chunks_rejected"], figures["last_rejection"]) == (1, reason)
+
+
 def test_a_new_episode_restarts_from_the_first_state_measured_after_it():
     stream = started(stamp=1.0)
     assert stream.new_episode(5.0) == Notice(INFO, "episode 1 from t=5.000: restarting")

@@ -214,9 +214,7 @@ class StreamerNode(RuntimeNode):
         self._log(self.lifecycle.chunk(now, chunk_from_msg(msg), request_id))
 
     def _refuse_chunk(self, reason: str) -> None:
-        if self.lifecycle.streamer is not None:
-            self.lifecycle.streamer.reject_chunk(reason)
-        self.get_logger().warning(reason)
+        self._log(self.lifecycle.chunk_refused(reason))
 
     def _on_safety_event(self, msg: String) -> None:
         """A vetoed (or discarded) answer to the pending request: ask again at once."""

@@ -164,6 +164,13 @@ class StreamerLifecycle:
             result = streamer.merge_chunk(now, chunk.stamp, times, positions, request_id)
         return None if result.accepted else Notice(REPEATED, f"chunk rejected: {result.reason}")
 
+    def chunk_refused(self, reason: str) -> Notice:
+        """A chunk refused before it could be read (its size)."""
+        if self.streamer is not None:
+            with self._lock:
+                self.streamer.reject_chunk(reason)
+        return Notice(REPEATED, f"chunk rejected: {reason}")
+
     def request_refused(self, request_id: int) -> None:
         """The safety node vetoed (or discarded) the answer to `request_id`."""
         if self.streamer is not None:
