@@ -32,11 +32,12 @@ setup() {
   fi
   local stamp=.venv/.requirements.sha
   local want
-  want=$(cat requirements.txt requirements-dev.txt setup.py | sha256sum | cut -d' ' -f1)
+  want=$(cat requirements.txt requirements-dev.txt requirements-nodeps.txt setup.py | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "installing pinned requirements into .venv (first run takes a few minutes)"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -r requirements-dev.txt
+    .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
     .venv/bin/python -m pip install -q --no-deps -e .
     echo "$want" > "$stamp"
   fi

@@ -38,7 +38,7 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     notes: list[str] = []
     engine = next((n for n in stack.nodes if n.name == "engine"), None)
-    if engine is not None and engine.parameters.get("backend") != "remote":
+    if engine is not None and engine.parameters.get("backend") not in ("remote", "openpi"):
         if not engine.parameters.get("checkpoint"):
             if not any(n.name == "sim_driver" for n in stack.nodes):
                 print("error: policy:=true without checkpoint:=DIR would drive a real arm with "
@@ -116,7 +116,7 @@ DATA_COMMANDS = {
     "record": ("vla_runtime.data.record", "record_main"),
     "train": ("vla_runtime.data.train", "train_main"),
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
-    "serve": ("vla_runtime.engine.remote.server", "serve_main"),
+    "serve": ("vla_runtime.engine.remote.serve_cli", "serve_main"),
 }
 BENCHMARKS = [
     "sim", "engine", "transport", "streamer", "driver", "faults", "scheduler", "closed-loop",

@@ -310,7 +310,7 @@ def _start_server(endpoint: str, log: Path) -> subprocess.Popen:
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "vla_runtime.engine.remote.server", "--backend", "torch"]
+        [sys.executable, "-m", "vla_runtime.engine.remote.serve_cli", "--backend", "torch"]
         + ["--preset", "tiny", "--bind", endpoint],
         cwd=REPO,
         env=env,

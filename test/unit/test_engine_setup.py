@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from vla_runtime.engine.checkpoint import load_spec
 from vla_runtime.engine.policy_source import BACKENDS, PolicySource
 from vla_runtime.engine.remote.client import RemoteClient
+from vla_runtime.engine.remote.openpi_policy import OpenpiPolicy
+from vla_runtime.engine.remote.protocol import RemoteUnavailable
 from vla_runtime.engine.state_mapping import StateMapping
 
 FR3_ARM = tuple(f"fr3_joint{i}" for i in range(1, 8))
@@ -35,7 +38,7 @@ def test_joints_not_given_are_the_robots():
 
 
 def test_a_remote_source_runs_at_its_endpoint_and_connects_on_first_use():
-    assert BACKENDS == ("torch", "onnxruntime", "tensorrt", "remote")
+    assert BACKENDS == ("torch", "onnxruntime", "tensorrt", "remote", "openpi")
     assert source(device="cuda:0").location == "cuda:0"
     remote = source(backend="remote", endpoint="tcp://127.0.0.1:1", remote_timeout_s=0.5)
     assert remote.location == "tcp://127.0.0.1:1"
@@ -44,3 +47,26 @@ def test_a_remote_source_runs_at_its_endpoint_and_connects_on_first_use():
         assert isinstance(client, RemoteClient) and client.timeout_s == 0.5
     finally:
         client.close()
+    assert source(backend="remote").location == "tcp://127.0.0.1:5555"
+
+
+def test_an_openpi_source_connects_on_first_use_and_takes_its_spec_from_a_checkpoint(tmp_path):
+    assert "openpi" in BACKENDS
+    assert source(backend="openpi").location == "ws://127.0.0.1:8000"
+    key_file = tmp_path / "key"
+    key_file.write_text("0123456789abcdef0123\n")
+    given = source(
+        backend="openpi",
+        endpoint="ws://127.0.0.1:1",
+        checkpoint="checkpoints/vla_tiny_sim",
+        api_key_file=str(key_file),
+        openpi_image_keys=["observation/image", "observation/wrist_image"],
+    )
+    policy = given.open()  # nothing listens there: no error until asked
+    assert isinstance(policy, OpenpiPolicy)
+    assert policy._fallback_spec == load_spec("checkpoints/vla_tiny_sim")
+    assert policy._headers == {"Authorization": "Api-Key 0123456789abcdef0123"}
+    with pytest.raises(RemoteUnavailable, match="cannot connect to ws://127.0.0.1:1"):
+        _ = policy.spec
+    with pytest.raises(ValueError, match="must start with ws:// or wss://"):
+        source(backend="openpi", endpoint="tcp://127.0.0.1:5555").open()

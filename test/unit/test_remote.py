@@ -19,7 +19,7 @@ from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.policy import ActionChunk, Observation, PolicyError, PolicySpec
 from vla_runtime.engine.remote import client as remote_client
 from vla_runtime.engine.remote import keys as remote_keys
-from vla_runtime.engine.remote import protocol, wire
+from vla_runtime.engine.remote import protocol, serve_cli, wire
 from vla_runtime.engine.remote import server as remote_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,7 +236,7 @@ def _free_port() -> int:
 
 def _start_server_process(endpoint: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "vla_runtime.engine.remote.server", "--backend", "torch"]
+        [sys.executable, "-m", "vla_runtime.engine.remote.serve_cli", "--backend", "torch"]
         + ["--preset", "tiny", "--bind", endpoint, *extra],
         cwd=REPO,
         env={
@@ -312,15 +312,15 @@ def test_non_loopback_bind_without_keys_is_refused(tiny_policy):
     with pytest.raises(ValueError, match="CURVE"):
         remote_server.PolicyServer(tiny_policy, bind="tcp://0.0.0.0:*")
     # The CLI refuses before loading any model.
-    assert remote_server.serve_main(["--bind", "tcp://*:5999"]) == 2
+    assert serve_cli.serve_main(["--bind", "tcp://*:5999"]) == 2
 
 
 def test_key_tool_gives_each_robot_its_own_pair_and_revokes_it(tmp_path):
     keys = tmp_path / "keys"
-    assert remote_server.serve_main(["--gen-keys", str(keys)]) == 0
+    assert serve_cli.serve_main(["--gen-keys", str(keys)]) == 0
     assert not list((keys / "authorized_clients").glob("*.key"))  # nobody until added
     for robot in ("arm1", "arm2"):
-        assert remote_server.serve_main(["--curve-keys", str(keys), "--add-robot", robot]) == 0
+        assert serve_cli.serve_main(["--curve-keys", str(keys), "--add-robot", robot]) == 0
     secret, allowed = remote_keys.load_server_keys(keys)
     bundles = {r: remote_keys.load_client_keys(keys / "robots" / r) for r in ("arm1", "arm2")}
     for server_public, (client_public, client_secret) in bundles.values():
@@ -330,12 +330,12 @@ def test_key_tool_gives_each_robot_its_own_pair_and_revokes_it(tmp_path):
     assert sorted(remote_keys.allowed_robots(allowed).values()) == ["arm1", "arm2"]
     assert (keys / "server.key_secret").stat().st_mode & 0o077 == 0
     assert (keys / "robots" / "arm1" / "client.key_secret").stat().st_mode & 0o077 == 0
-    assert remote_server.serve_main(["--curve-keys", str(keys), "--revoke-robot", "arm1"]) == 0
+    assert serve_cli.serve_main(["--curve-keys", str(keys), "--revoke-robot", "arm1"]) == 0
     assert list(remote_keys.allowed_robots(allowed).values()) == ["arm2"]
     # A second revocation, an unknown name, a bad name and a missing key directory: exit 2.
-    assert remote_server.serve_main(["--curve-keys", str(keys), "--revoke-robot", "arm1"]) == 2
-    assert remote_server.serve_main(["--curve-keys", str(keys), "--add-robot", "../x"]) == 2
-    assert remote_server.serve_main(["--add-robot", "arm3"]) == 2
+    assert serve_cli.serve_main(["--curve-keys", str(keys), "--revoke-robot", "arm1"]) == 2
+    assert serve_cli.serve_main(["--curve-keys", str(keys), "--add-robot", "../x"]) == 2
+    assert serve_cli.serve_main(["--add-robot", "arm3"]) == 2
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ def served():
     """A `vla-runtime serve` process (tiny torch policy, 16 sessions at most) and its endpoint."""
     endpoint = f"tcp://127.0.0.1:{_free_port()}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "vla_runtime.engine.remote.server", "--backend", "torch",
+        [sys.executable, "-m", "vla_runtime.engine.remote.serve_cli", "--backend", "torch",
          "--preset", "tiny", "--bind", endpoint, "--max-sessions", "16", "--threads", "1"],
         cwd=REPO, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip

@@ -115,6 +115,16 @@ def resolve_checkpoint_dir(directory: str | Path) -> Path:
     return path
 
 
+def load_spec(directory: str | Path) -> PolicySpec:
+    """Only the policy spec of a checkpoint (its spec.json; the weights may be elsewhere, e.g.
+    on an openpi server)."""
+    path = resolve_checkpoint_dir(directory) / SPEC
+    try:
+        return PolicySpec.from_dict(json.loads(path.read_text())["spec"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PolicyError(f"{path}: no readable policy spec ({exc})") from None
+
+
 def load_checkpoint(directory: str | Path, device: str = "cpu") -> Checkpoint:
     directory = resolve_checkpoint_dir(directory)
     if not (directory / WEIGHTS).is_file() or not (directory / SPEC).is_file():

@@ -1,15 +1,22 @@
-"""Which policy the engine drives: a local back end (`engine/factory.py`) or a policy server."""
+"""Which policy the engine drives: a local back end (`engine/factory.py`) or a policy server
+(ours over ZeroMQ, `remote`; any openpi policy server, `openpi`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from vla_runtime.engine import factory
+from vla_runtime.engine.checkpoint import load_spec
 from vla_runtime.engine.policy import Policy
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.keys import load_client_keys
+from vla_runtime.engine.remote.openpi_policy import OpenpiPolicy
+from vla_runtime.engine.remote.openpi_protocol import DEFAULT_PORT as OPENPI_PORT
+from vla_runtime.engine.remote.protocol import DEFAULT_ENDPOINT
 
-BACKENDS = (*factory.BACKENDS, "remote")
+BACKENDS = (*factory.BACKENDS, "remote", "openpi")
+DEFAULT_ENDPOINTS = {"remote": DEFAULT_ENDPOINT, "openpi": f"ws://127.0.0.1:{OPENPI_PORT}"}
 
 
 @dataclass(frozen=True)
@@ -23,23 +30,33 @@ class PolicySource:
     seed: int
     threads: int  # CPU threads of torch / ONNX Runtime / OpenMP
     noise_scale: float | None
-    endpoint: str  # the policy server (backend remote)
+    endpoint: str  # the policy server (backend remote or openpi); empty: its loopback default
     curve_keys: str  # CurveZMQ key directory; empty: plain TCP
     remote_timeout_s: float
+    openpi_image_keys: tuple[str, ...] = ()  # empty: observation/<camera>
+    openpi_state_key: str = "observation/state"
+    api_key_file: str = ""  # openpi: a file holding this robot's API key
+    tls_ca: str = ""  # openpi over wss://: CA bundle of the server's certificate
 
     @property
     def location(self) -> str:
         """Where the policy runs: the server's endpoint or the local device."""
-        return self.endpoint if self.backend == "remote" else self.device
+        return self.server if self.backend in DEFAULT_ENDPOINTS else self.device
+
+    @property
+    def server(self) -> str:
+        return self.endpoint or DEFAULT_ENDPOINTS.get(self.backend, "")
 
     def open(self) -> Policy:
         """The policy; a remote one connects on first use (the server may not be up yet)."""
+        if self.backend == "openpi":
+            return self._openpi()
         if self.backend == "remote":
             server_key, client_keys = None, None
             if self.curve_keys:
                 server_key, client_keys = load_client_keys(self.curve_keys)
             return RemoteClient(
-                self.endpoint,
+                self.server,
                 server_public_key=server_key,
                 client_keys=client_keys,
                 timeout_s=self.remote_timeout_s,
@@ -53,4 +70,19 @@ class PolicySource:
             seed=self.seed,
             threads=self.threads,
             noise_scale=self.noise_scale,
+        )
+
+    def _openpi(self) -> OpenpiPolicy:
+        """An openpi server's policy; `checkpoint` (its spec.json) describes one that is not
+        vla_runtime's own."""
+        api_key = Path(self.api_key_file).read_text().strip() if self.api_key_file else None
+        return OpenpiPolicy(
+            self.server,
+            spec=load_spec(self.checkpoint) if self.checkpoint else None,
+            image_keys=tuple(self.openpi_image_keys),
+            state_key=self.openpi_state_key,
+            api_key=api_key,
+            timeout_s=self.remote_timeout_s,
+            connect_now=False,
+            tls_ca=self.tls_ca or None,
         )

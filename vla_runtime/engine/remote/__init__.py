@@ -1,7 +1,10 @@
 """Remote back end (`vla-runtime serve`): one policy served to many robots over ZeroMQ.
 
-Modules: `server` (PolicyServer, `serve_main`), `client` (RemoteClient), `keys` (CURVE keys,
-loopback test), `protocol` (errors, message bodies), `wire` (framing).
+Modules: `server` (PolicyServer), `client` (RemoteClient), `keys` (CURVE keys, API keys,
+loopback test), `protocol` (errors, message bodies), `wire` (framing), `serve_cli`
+(`vla-runtime serve`). openpi's websocket protocol: `openpi_protocol`, `openpi_server`
+(OpenpiServer), `openpi_policy` (OpenpiPolicy, the engine's `openpi` back end), `packed`
+(one-buffer msgpack with arrays, openpi's layout).
 
 `PolicyServer` owns a ROUTER socket; each robot is a `RemoteClient` (a DEALER socket that
 implements the `Policy` protocol). Messages use `wire` framing: a msgpack header plus one raw

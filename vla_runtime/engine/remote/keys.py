@@ -31,12 +31,17 @@ def is_loopback(endpoint: str) -> bool:
         return True
     if transport != "tcp":
         return False
-    host = address.rsplit(":", 1)[0].strip("[]")
+    return is_loopback_host(address.rsplit(":", 1)[0])
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when a server bound to `host` can only be reached from this host."""
+    host = host.strip("[]")
     if host in ("localhost", "lo"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # '*', interface names, host names: may be reachable from outside
+    except ValueError:  # '*', '0.0.0.0', interface names, host names: reachable from outside
         return False
 
 
@@ -122,3 +127,22 @@ def load_client_keys(directory: str | Path) -> tuple[bytes, tuple[bytes, bytes]]
         directory / f"{CLIENT_KEY_NAME}.key_secret"
     )
     return server_public, (client_public, client_secret)
+
+
+def load_api_keys(path: str | Path) -> dict[str, str]:
+    """{key, robot name} from an API-key file (websocket and HTTP servers): one `ROBOT KEY`
+    per line, `#` comments. Keys shorter than 16 characters are refused (guessable)."""
+    keys: dict[str, str] = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        if len(fields) != 2:
+            raise ValueError(f"{path}:{number}: expected `ROBOT KEY`")
+        robot, key = check_robot_name(fields[0]), fields[1]
+        if len(key) < 16:
+            raise ValueError(f"{path}:{number}: key of robot {robot} shorter than 16 characters")
+        if key in keys:
+            raise ValueError(f"{path}:{number}: key of robot {robot} is already {keys[key]}'s")
+        keys[key] = robot
+    return keys

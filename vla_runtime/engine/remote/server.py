@@ -1,5 +1,5 @@
-"""`PolicyServer`: a ROUTER socket serving one policy to many robots, one session per robot;
-`serve_main` is `vla-runtime serve`.
+"""`PolicyServer`: a ROUTER socket serving one policy to many robots, one session per robot
+(`vla-runtime serve`, `serve_cli`).
 
 Nothing a client sends can grow the server without bound: a message is refused by its frames'
 sizes before it is read (`wire.check_size`, and libzmq drops a peer whose frame exceeds
@@ -13,12 +13,9 @@ from the server: an internal error is answered with a reference to the server's 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import itertools
 import logging
-import signal
-import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -31,18 +28,12 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from vla_runtime.core.compute_mode import ComputeModeError
-from vla_runtime.core.threads import resolve_threads
-from vla_runtime.engine.factory import BACKENDS, load_policy
 from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.keys import (
     ROBOT_NAME,
-    add_robot,
     allowed_robots,
-    generate_keys,
     is_loopback,
-    load_server_keys,
-    revoke_robot,
 )
 from vla_runtime.engine.remote.protocol import (
     DEFAULT_BIND,
@@ -393,13 +384,7 @@ class PolicyServer:
             self._drop_session(robot)
 
     def _session_policy(self):
-        if not callable(getattr(self.policy, "reset", None)):
-            return self.policy
-        policy = copy.copy(self.policy)
-        policy.reset()
-        if callable(getattr(policy, "reseed", None)):
-            policy.reseed(self._seed)
-        return policy
+        return session_policy(self.policy, self._seed)
 
     def _infer(self, session: _Session, request: dict) -> dict:
         request_id = request.get("id")
@@ -448,139 +433,13 @@ class PolicyServer:
         )
 
 
-def build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="vla-runtime serve",
-        description="Serve a policy to robots over ZeroMQ. Off loopback, CURVE keys are required "
-        "and only robots added with --add-robot are served.",
-    )
-    parser.add_argument("--backend", default="torch", choices=list(BACKENDS))
-    parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: random)")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads", type=int, default=0, help="CPU threads for the back end (0: host default)"
-    )
-    parser.add_argument("--bind", default=DEFAULT_BIND)
-    parser.add_argument("--max-sessions", type=int, default=ServerLimits.max_sessions)
-    parser.add_argument("--session-idle-s", type=float, default=ServerLimits.session_idle_s)
-    parser.add_argument("--max-queue", type=int, default=ServerLimits.max_queue)
-    parser.add_argument(
-        "--curve-keys", default=None, metavar="DIR", help="key directory made by --gen-keys"
-    )
-    keys = parser.add_mutually_exclusive_group()
-    keys.add_argument(
-        "--gen-keys",
-        default=None,
-        metavar="DIR",
-        help="write the server's CURVE key pair and an empty allow-list, then exit",
-    )
-    keys.add_argument(
-        "--add-robot",
-        metavar="NAME",
-        help="with --curve-keys: a key pair for robot NAME, allowed; then exit",
-    )
-    keys.add_argument(
-        "--revoke-robot",
-        metavar="NAME",
-        help="with --curve-keys: remove robot NAME from the allow-list; then exit "
-        "(a running server refuses it within a second)",
-    )
-    return parser
-
-
-def _manage_keys(args) -> int | None:
-    """--gen-keys / --add-robot / --revoke-robot; None when none was asked."""
-    if args.gen_keys:
-        directory = generate_keys(args.gen_keys)
-        print(
-            f"server keys written to {directory}; allow each robot with "
-            f"`vla-runtime serve --curve-keys {directory} --add-robot NAME`"
-        )
-        return 0
-    if not (args.add_robot or args.revoke_robot):
-        return None
-    if not args.curve_keys:
-        raise ValueError("--add-robot and --revoke-robot need --curve-keys DIR")
-    if args.add_robot:
-        bundle = add_robot(args.curve_keys, args.add_robot)
-        print(
-            f"robot {args.add_robot} allowed; copy {bundle} onto it and set the engine "
-            f"parameter curve_keys to that directory"
-        )
-    elif revoke_robot(args.curve_keys, args.revoke_robot):
-        print(f"robot {args.revoke_robot} revoked")
-    else:
-        raise ValueError(f"robot {args.revoke_robot!r} has no key in {args.curve_keys}")
-    return 0
-
-
-def serve_main(argv: list[str] | None = None) -> int:
-    args = build_arg_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[serve] %(levelname)s %(message)s")
-    try:
-        managed = _manage_keys(args)
-        if managed is not None:
-            return managed
-        limits = ServerLimits(args.max_sessions, args.session_idle_s, args.max_queue)
-        if min(limits.max_sessions, limits.max_queue) < 1 or limits.session_idle_s <= 0:
-            raise ValueError("--max-sessions, --max-queue and --session-idle-s must be positive")
-        secret, allowed = None, None
-        if not args.curve_keys and not is_loopback(args.bind):
-            # Same check as PolicyServer, done before the (slow) model load.
-            raise ValueError(
-                f"refusing to serve on {args.bind} without --curve-keys: anything but loopback "
-                "needs CURVE authentication (create keys with --gen-keys DIR)"
-            )
-        if args.curve_keys:
-            secret, allowed = load_server_keys(args.curve_keys)
-        threads = resolve_threads(args.threads)
-        policy = _load_backend(args)
-        server = PolicyServer(
-            policy,
-            args.bind,
-            curve_secret=secret,
-            authorized_clients=allowed,
-            seed=args.seed,
-            limits=limits,
-            threads=threads,
-        )
-    except (ValueError, OSError, ImportError, PolicyError, zmq.ZMQError) as exc:
-        log.error("%s", exc)
-        return 2
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    spec = policy.spec
-    log.info(
-        "serving %s policy (%d cameras, H=%d, action_dim=%d, spec %s, %s threads) on %s%s",
-        args.backend,
-        len(spec.cameras),
-        spec.chunk_len,
-        spec.action_dim,
-        server.spec_hash,
-        threads,
-        server.endpoint,
-        " with CURVE" if server.secure else "",
-    )
-    try:
-        server.serve(stop)
-    finally:
-        server.close()
-    return 0
-
-
-def _load_backend(args):
-    return load_policy(
-        backend=args.backend,
-        checkpoint=args.checkpoint,
-        preset=args.preset,
-        device=args.device,
-        seed=args.seed,
-        threads=resolve_threads(args.threads),
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(serve_main(sys.argv[1:]))
+def session_policy(policy, seed: int):
+    """One robot's policy: a stateful (caching) back end is shallow-copied and reset, so weights
+    and runtime sessions are shared but caches and noise RNG are not; others are shared."""
+    if not callable(getattr(policy, "reset", None)):
+        return policy
+    policy = copy.copy(policy)
+    policy.reset()
+    if callable(getattr(policy, "reseed", None)):
+        policy.reseed(seed)
+    return policy

@@ -117,10 +117,10 @@ def decode(frames: Sequence[Any]) -> dict[str, Any]:
             max_ext_len=0,
         )
     except Exception as exc:
-        raise WireError(f"undecodable header: {_first_line(exc)}") from None
+        raise WireError(f"undecodable header: {first_line(exc)}") from None
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
-    _check_depth(header)
+    check_depth(header)
     used: set[int] = set()
 
     def restore(obj: Any) -> Any:  # recursion bounded by MAX_DEPTH, checked above
@@ -138,7 +138,7 @@ def decode(frames: Sequence[Any]) -> dict[str, Any]:
     return result
 
 
-def _check_depth(header: dict) -> None:
+def check_depth(header: dict) -> None:
     """Nesting of maps and lists at most MAX_DEPTH, walked without recursion."""
     stack: list[tuple[Any, int]] = [(header, 1)]
     while stack:
@@ -149,7 +149,7 @@ def _check_depth(header: dict) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
 
