@@ -8,10 +8,11 @@ from setuptools import find_packages, setup
 PACKAGE = "vla_runtime"
 
 
-def requirements() -> list[str]:
-    """The pinned list (requirements.txt), offered as the `pip` extra: colcon installs resolve
-    ROS packages through package.xml instead, where pip distributions do not exist."""
-    lines = Path(__file__).with_name("requirements.txt").read_text().splitlines()
+def requirements(name: str = "requirements.txt") -> list[str]:
+    """A pinned list: requirements.txt is offered as the `pip` extra (colcon installs resolve
+    ROS packages through package.xml instead, where pip distributions do not exist),
+    requirements-fleet.txt as the optional `fleet` extra (Ray Serve)."""
+    lines = Path(__file__).with_name(name).read_text().splitlines()
     return [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
 
 
@@ -35,7 +36,7 @@ setup(
         ],
     ],
     install_requires=["setuptools"],
-    extras_require={"pip": requirements()},
+    extras_require={"pip": requirements(), "fleet": requirements("requirements-fleet.txt")},
     python_requires=">=3.10",
     zip_safe=True,
     maintainer="vla_runtime developers",

@@ -38,7 +38,7 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     notes: list[str] = []
     engine = next((n for n in stack.nodes if n.name == "engine"), None)
-    if engine is not None and engine.parameters.get("backend") not in ("remote", "openpi"):
+    if engine is not None and engine.parameters.get("backend") not in ("remote", "openpi", "ray"):
         if not engine.parameters.get("checkpoint"):
             if not any(n.name == "sim_driver" for n in stack.nodes):
                 print("error: policy:=true without checkpoint:=DIR would drive a real arm with "

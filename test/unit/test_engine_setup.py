@@ -10,6 +10,7 @@ from vla_runtime.engine.policy_source import BACKENDS, PolicySource
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.openpi_policy import OpenpiPolicy
 from vla_runtime.engine.remote.protocol import RemoteUnavailable
+from vla_runtime.engine.remote.ray_client import RayClient
 from vla_runtime.engine.state_mapping import StateMapping
 
 FR3_ARM = tuple(f"fr3_joint{i}" for i in range(1, 8))
@@ -38,7 +39,7 @@ def test_joints_not_given_are_the_robots():
 
 
 def test_a_remote_source_runs_at_its_endpoint_and_connects_on_first_use():
-    assert BACKENDS == ("torch", "onnxruntime", "tensorrt", "remote", "openpi")
+    assert BACKENDS == ("torch", "onnxruntime", "tensorrt", "remote", "openpi", "ray")
     assert source(device="cuda:0").location == "cuda:0"
     remote = source(backend="remote", endpoint="tcp://127.0.0.1:1", remote_timeout_s=0.5)
     assert remote.location == "tcp://127.0.0.1:1"
@@ -48,6 +49,8 @@ def test_a_remote_source_runs_at_its_endpoint_and_connects_on_first_use():
     finally:
         client.close()
     assert source(backend="remote").location == "tcp://127.0.0.1:5555"
+    fleet = source(backend="ray", remote_timeout_s=0.5).open()
+    assert isinstance(fleet, RayClient) and fleet.url == "http://127.0.0.1:8000/"
 
 
 def test_an_openpi_source_connects_on_first_use_and_takes_its_spec_from_a_checkpoint(tmp_path):

@@ -24,7 +24,10 @@ FORBIDDEN = {
 # Imported where they are used, never at module top: heavy libraries and robot SDKs that a
 # process loads only when it runs that back end or that robot (torch: core sets its threads
 # without making every process that reads a config pay for loading it).
-LAZY = ("tensorrt", "lerobot", "franky", "rtde_control", "rtde_receive", "torch", "ray")
+# ray and starlette: the optional fleet extra.
+LAZY = (
+    "tensorrt", "lerobot", "franky", "rtde_control", "rtde_receive", "torch", "ray", "starlette",
+)  # fmt: skip
 
 
 def module_name(path: Path) -> str:

@@ -1,5 +1,5 @@
 """Which policy the engine drives: a local back end (`engine/factory.py`) or a policy server
-(ours over ZeroMQ, `remote`; any openpi policy server, `openpi`)."""
+(ours over ZeroMQ, `remote`; any openpi policy server, `openpi`; a Ray Serve fleet, `ray`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,14 @@ from vla_runtime.engine.remote.keys import load_client_keys
 from vla_runtime.engine.remote.openpi_policy import OpenpiPolicy
 from vla_runtime.engine.remote.openpi_protocol import DEFAULT_PORT as OPENPI_PORT
 from vla_runtime.engine.remote.protocol import DEFAULT_ENDPOINT
+from vla_runtime.engine.remote.ray_client import RayClient
 
-BACKENDS = (*factory.BACKENDS, "remote", "openpi")
-DEFAULT_ENDPOINTS = {"remote": DEFAULT_ENDPOINT, "openpi": f"ws://127.0.0.1:{OPENPI_PORT}"}
+BACKENDS = (*factory.BACKENDS, "remote", "openpi", "ray")
+DEFAULT_ENDPOINTS = {
+    "remote": DEFAULT_ENDPOINT,
+    "openpi": f"ws://127.0.0.1:{OPENPI_PORT}",
+    "ray": "http://127.0.0.1:8000/",
+}
 
 
 @dataclass(frozen=True)
@@ -30,13 +35,13 @@ class PolicySource:
     seed: int
     threads: int  # CPU threads of torch / ONNX Runtime / OpenMP
     noise_scale: float | None
-    endpoint: str  # the policy server (backend remote or openpi); empty: its loopback default
+    endpoint: str  # the policy server (backend remote, openpi, ray); empty: its loopback default
     curve_keys: str  # CurveZMQ key directory; empty: plain TCP
     remote_timeout_s: float
     openpi_image_keys: tuple[str, ...] = ()  # empty: observation/<camera>
     openpi_state_key: str = "observation/state"
-    api_key_file: str = ""  # openpi: a file holding this robot's API key
-    tls_ca: str = ""  # openpi over wss://: CA bundle of the server's certificate
+    api_key_file: str = ""  # openpi, ray: a file holding this robot's API key
+    tls_ca: str = ""  # openpi, ray over TLS: CA bundle of the server's certificate
 
     @property
     def location(self) -> str:
@@ -51,6 +56,14 @@ class PolicySource:
         """The policy; a remote one connects on first use (the server may not be up yet)."""
         if self.backend == "openpi":
             return self._openpi()
+        if self.backend == "ray":
+            return RayClient(
+                self.server,
+                token=self._api_key(),
+                timeout_s=self.remote_timeout_s,
+                connect=False,
+                verify=self.tls_ca or True,
+            )
         if self.backend == "remote":
             server_key, client_keys = None, None
             if self.curve_keys:
@@ -75,14 +88,16 @@ class PolicySource:
     def _openpi(self) -> OpenpiPolicy:
         """An openpi server's policy; `checkpoint` (its spec.json) describes one that is not
         vla_runtime's own."""
-        api_key = Path(self.api_key_file).read_text().strip() if self.api_key_file else None
         return OpenpiPolicy(
             self.server,
             spec=load_spec(self.checkpoint) if self.checkpoint else None,
             image_keys=tuple(self.openpi_image_keys),
             state_key=self.openpi_state_key,
-            api_key=api_key,
+            api_key=self._api_key(),
             timeout_s=self.remote_timeout_s,
             connect_now=False,
             tls_ca=self.tls_ca or None,
         )
+
+    def _api_key(self) -> str | None:
+        return Path(self.api_key_file).read_text().strip() if self.api_key_file else None

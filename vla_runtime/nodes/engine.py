@@ -79,15 +79,16 @@ class EngineParams:
         1.0,
     )
     endpoint: str = param("policy server (backend remote: tcp://HOST:PORT, openpi: ws[s]://"
-                          "HOST:PORT); empty = the back end's loopback default", "")  # fmt: skip
+                          "HOST:PORT, ray: http[s]://HOST:PORT/); empty = the back end's "
+                          "loopback default", "")  # fmt: skip
     curve_keys: str = param("CurveZMQ key directory for the server; empty = plain TCP", "")
     remote_timeout_s: float = param("s to wait for the policy server's answer", 2.0)
     openpi_image_keys: list = param("openpi: observation keys of the cameras, in the policy's "
                                     "camera order; empty = observation/<camera>", [],
                                     Parameter.Type.STRING_ARRAY)  # fmt: skip
     openpi_state_key: str = param("openpi: observation key of the state", "observation/state")
-    api_key_file: str = param("openpi: file holding this robot's API key; empty = none", "")
-    tls_ca: str = param("openpi over wss://: CA bundle of the server's certificate", "")
+    api_key_file: str = param("openpi, ray: file holding this robot's API key; empty = none", "")
+    tls_ca: str = param("openpi, ray over TLS: CA bundle of the server's certificate", "")
     cameras: list = param("camera topics' names, in the policy's camera order", [],
                           Parameter.Type.STRING_ARRAY)  # fmt: skip
     max_image_age_s: float = param("s: an older frame is stale, no inference", 0.5)

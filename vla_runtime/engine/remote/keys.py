@@ -146,3 +146,16 @@ def load_api_keys(path: str | Path) -> dict[str, str]:
             raise ValueError(f"{path}:{number}: key of robot {robot} is already {keys[key]}'s")
         keys[key] = robot
     return keys
+
+
+def check_exposure(host: str, tls_cert, tls_key, api_keys) -> None:
+    """The websocket and HTTP servers neither encrypt nor authenticate by themselves: off
+    loopback they need a TLS certificate and key and an API-key file."""
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
+    if not is_loopback_host(host) and not (tls_cert and api_keys):
+        raise ValueError(
+            f"refusing to serve on {host} without TLS and authentication: anything but loopback "
+            "needs --tls-cert, --tls-key and --api-keys FILE (one `ROBOT KEY` per line), or "
+            "serve on 127.0.0.1"
+        )

@@ -6,8 +6,10 @@ import hashlib
 import json
 from typing import Any
 
+import numpy as np
+
 from vla_runtime.core.compute_mode import ComputeMode
-from vla_runtime.engine.policy import PolicySpec
+from vla_runtime.engine.policy import Observation, PolicyError, PolicySpec
 from vla_runtime.engine.remote import wire
 
 DEFAULT_BIND = "tcp://127.0.0.1:5555"
@@ -99,3 +101,29 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _normalise(v) for k, v in value.items()}
     return value
+
+
+def parse_infer(request: dict, instruction: str) -> tuple[Observation, ComputeMode, Any]:
+    """(observation, compute mode, plan or None) of an infer request; `instruction` is the
+    session's, unless the request carries a new one. Raises PolicyError for what the policy
+    would refuse, KeyError / TypeError / ValueError (ComputeModeError) for a malformed request."""
+    if "instruction" in request:
+        instruction = request["instruction"]
+        if not isinstance(instruction, str):
+            raise TypeError("instruction must be a string")
+    images = request["images"]
+    if not isinstance(images, dict) or not all(
+        isinstance(k, str) and isinstance(v, np.ndarray) for k, v in images.items()
+    ):
+        raise PolicyError("images must map camera names to arrays")
+    state = request["state"]
+    if not isinstance(state, np.ndarray):
+        raise PolicyError("state must be an array")
+    plan = request.get("plan")
+    if plan is not None and not isinstance(plan, np.ndarray):
+        raise PolicyError("plan must be an array or absent")
+    mode = mode_from_wire(request.get("mode", {}))
+    stamp = request.get("stamp", 0.0)
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not np.isfinite(stamp):
+        raise ValueError("stamp must be a finite number")
+    return Observation(images, state, instruction, float(stamp)), mode, plan

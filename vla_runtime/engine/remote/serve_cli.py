@@ -16,12 +16,12 @@ import zmq
 from vla_runtime.core.threads import resolve_threads
 from vla_runtime.engine.factory import BACKENDS, load_policy
 from vla_runtime.engine.policy import PolicyError
-from vla_runtime.engine.remote import openpi_protocol
+from vla_runtime.engine.remote import openpi_protocol, ray_serve
 from vla_runtime.engine.remote.keys import (
     add_robot,
+    check_exposure,
     generate_keys,
     is_loopback,
-    is_loopback_host,
     load_api_keys,
     load_server_keys,
     revoke_robot,
@@ -29,10 +29,16 @@ from vla_runtime.engine.remote.keys import (
 from vla_runtime.engine.remote.openpi_server import OpenpiServer
 from vla_runtime.engine.remote.protocol import DEFAULT_BIND
 from vla_runtime.engine.remote.server import PolicyServer, ServerLimits
+from vla_runtime.engine.remote.wire import first_line
 
 log = logging.getLogger("vla_runtime.serve")
 PROTOCOLS = ("zmq", "openpi")
-DEFAULT_BINDS = {"zmq": DEFAULT_BIND, "openpi": f"ws://127.0.0.1:{openpi_protocol.DEFAULT_PORT}"}
+SCHEMES = {"openpi": ("ws", "wss"), "ray": ("http", "https")}
+DEFAULT_BINDS = {
+    "zmq": DEFAULT_BIND,
+    "openpi": f"ws://127.0.0.1:{openpi_protocol.DEFAULT_PORT}",
+    "ray": "http://127.0.0.1:8000",
+}
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -40,9 +46,22 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="vla-runtime serve",
         description="Serve a policy to robots. zmq (default): our protocol, CURVE keys off "
         "loopback, only robots added with --add-robot are served. openpi: openpi's websocket "
-        "protocol for openpi-client, TLS and API keys off loopback.",
+        "protocol for openpi-client, TLS and API keys off loopback. --engine ray: replicas "
+        "behind Ray Serve's HTTP ingress (pip install 'vla_runtime[fleet]'), TLS and API keys "
+        "off loopback.",
     )
     parser.add_argument("--protocol", default="zmq", choices=PROTOCOLS)
+    parser.add_argument(
+        "--engine",
+        default="local",
+        choices=("local", "ray"),
+        help="local: this process serves; ray: a Ray Serve deployment (robots: backend ray)",
+    )
+    fleet = parser.add_argument_group("--engine ray")
+    fleet.add_argument("--replicas", type=int, default=2)
+    fleet.add_argument("--max-batch-size", type=int, default=8, help="1: no batching")
+    fleet.add_argument("--batch-wait-timeout-s", type=float, default=0.005)
+    fleet.add_argument("--ray-address", help="join this Ray cluster (default: a local one)")
     parser.add_argument("--backend", default="torch", choices=list(BACKENDS))
     parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: random)")
     parser.add_argument("--preset", default="tiny")
@@ -55,7 +74,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--bind",
         default=None,
         help=f"zmq: tcp://HOST:PORT ({DEFAULT_BINDS['zmq']}); openpi: ws://HOST:PORT "
-        f"({DEFAULT_BINDS['openpi']})",
+        f"({DEFAULT_BINDS['openpi']}); ray: http://HOST:PORT ({DEFAULT_BINDS['ray']})",
     )
     parser.add_argument("--max-sessions", type=int, default=ServerLimits.max_sessions)
     parser.add_argument("--session-idle-s", type=float, default=ServerLimits.session_idle_s)
@@ -63,9 +82,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--curve-keys", default=None, metavar="DIR", help="zmq: key directory made by --gen-keys"
     )
-    parser.add_argument("--api-keys", metavar="FILE", help="openpi: `ROBOT KEY` lines")
-    parser.add_argument("--tls-cert", metavar="PEM", help="openpi: serve wss:// with this chain")
-    parser.add_argument("--tls-key", metavar="PEM", help="openpi: the certificate's private key")
+    parser.add_argument("--api-keys", metavar="FILE", help="openpi, ray: `ROBOT KEY` lines")
+    parser.add_argument("--tls-cert", metavar="PEM", help="openpi, ray: certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="openpi, ray: its private key")
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument(
         "--gen-keys",
@@ -120,36 +139,42 @@ def _limits(args) -> ServerLimits:
     return limits
 
 
-def _openpi_address(bind: str, tls: bool) -> tuple[str, int]:
+def _address(bind: str, schemes: tuple[str, str], tls: bool) -> tuple[str, int]:
+    """(host, port) of `bind` for a websocket (ws, wss) or HTTP (http, https) server."""
     parts = urlsplit(bind)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise ValueError(f"--bind for openpi is ws://HOST:PORT, got {bind!r}")
-    if (parts.scheme == "wss") != tls:
-        raise ValueError("wss:// needs --tls-cert and --tls-key, and they need wss://")
-    return parts.hostname, parts.port or openpi_protocol.DEFAULT_PORT
+    plain, secure = schemes
+    if parts.scheme not in schemes or not parts.hostname or parts.port is None:
+        raise ValueError(f"--bind is {plain}://HOST:PORT here, got {bind!r}")
+    if (parts.scheme == secure) != tls:
+        raise ValueError(f"{secure}:// needs --tls-cert and --tls-key, and they need {secure}://")
+    return parts.hostname, parts.port
 
 
-def _check_security(args, bind: str) -> None:
+def _kind(args) -> str:
+    if args.engine == "ray":
+        if args.protocol != "zmq":
+            raise ValueError("--engine ray speaks its own HTTP protocol: leave out --protocol")
+        return "ray"
+    return args.protocol
+
+
+def _check_security(args, kind: str, bind: str) -> None:
     """Refuse an open server before the (slow) model load; the servers check again."""
-    if args.protocol == "zmq":
+    if kind == "zmq":
         if not args.curve_keys and not is_loopback(bind):
             raise ValueError(
                 f"refusing to serve on {bind} without --curve-keys: anything but loopback "
                 "needs CURVE authentication (create keys with --gen-keys DIR)"
             )
         if args.api_keys or args.tls_cert or args.tls_key:
-            raise ValueError("--api-keys and --tls-* are for --protocol openpi")
+            raise ValueError("--api-keys and --tls-* are for --protocol openpi and --engine ray")
         return
     if args.curve_keys:
-        raise ValueError("--curve-keys is for --protocol zmq; openpi uses --api-keys")
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise ValueError("--tls-cert and --tls-key go together")
-    host, _ = _openpi_address(bind, bool(args.tls_cert))
-    if not is_loopback_host(host) and not (args.tls_cert and args.api_keys):
-        raise ValueError(
-            f"refusing to serve openpi on {host} without --tls-cert/--tls-key and --api-keys: "
-            "anything but loopback needs TLS and authentication"
-        )
+        raise ValueError("--curve-keys is for the zmq protocol; use --api-keys")
+    check_exposure(
+        _address(bind, SCHEMES[kind], bool(args.tls_cert))[0],
+        args.tls_cert, args.tls_key, args.api_keys,
+    )  # fmt: skip
 
 
 def _start(args, bind: str, policy, limits: ServerLimits, threads: int):
@@ -163,7 +188,7 @@ def _start(args, bind: str, policy, limits: ServerLimits, threads: int):
     if args.tls_cert:
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(args.tls_cert, args.tls_key)
-    host, port = _openpi_address(bind, tls is not None)
+    host, port = _address(bind, SCHEMES["openpi"], tls is not None)
     api_keys = load_api_keys(args.api_keys) if args.api_keys else None
     return OpenpiServer(
         policy, host, port, seed=args.seed, limits=limits, api_keys=api_keys, tls=tls,
@@ -174,14 +199,17 @@ def _start(args, bind: str, policy, limits: ServerLimits, threads: int):
 def serve_main(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[serve] %(levelname)s %(message)s")
-    bind = args.bind or DEFAULT_BINDS[args.protocol]
     try:
         managed = _manage_keys(args)
         if managed is not None:
             return managed
+        kind = _kind(args)
+        bind = args.bind or DEFAULT_BINDS[kind]
         limits = _limits(args)
-        _check_security(args, bind)
+        _check_security(args, kind, bind)
         threads = resolve_threads(args.threads)
+        if kind == "ray":
+            return _serve_ray(args, bind, limits, threads)
         policy = load_policy(
             backend=args.backend, checkpoint=args.checkpoint, preset=args.preset,
             device=args.device, seed=args.seed, threads=threads,
@@ -194,18 +222,47 @@ def serve_main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     spec = policy.spec
-    where = server.endpoint if args.protocol == "zmq" else server.url
+    where = server.endpoint if kind == "zmq" else server.url
     secure = getattr(server, "secure", False) or where.startswith("wss")
     log.info(
         "serving %s policy over %s (%d cameras, H=%d, action_dim=%d, spec %s, %s threads) on "
         "%s%s",
-        args.backend, args.protocol, len(spec.cameras), spec.chunk_len, spec.action_dim,
+        args.backend, kind, len(spec.cameras), spec.chunk_len, spec.action_dim,
         server.spec_hash, threads, where, " (authenticated, encrypted)" if secure else "",
     )  # fmt: skip
     try:
         server.serve(stop)
     finally:
         server.stop()
+    return 0
+
+
+def _serve_ray(args, bind: str, limits: ServerLimits, threads: int) -> int:
+    """Deploy on Ray Serve, serve until SIGINT / SIGTERM, then take the deployment down."""
+    host, port = _address(bind, SCHEMES["ray"], bool(args.tls_cert))
+    if min(args.replicas, args.max_batch_size) < 1 or args.batch_wait_timeout_s < 0:
+        raise ValueError("--replicas and --max-batch-size >= 1, --batch-wait-timeout-s >= 0")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        url = ray_serve.deploy(
+            checkpoint=args.checkpoint, preset=args.preset, backend=args.backend,
+            device=args.device, seed=args.seed, threads=threads, replicas=args.replicas,
+            max_batch_size=args.max_batch_size, batch_wait_timeout_s=args.batch_wait_timeout_s,
+            host=host, port=port, tokens_file=args.api_keys, tls_cert=args.tls_cert,
+            tls_key=args.tls_key, limits=limits, ray_address=args.ray_address,
+        )  # fmt: skip
+    except ImportError:
+        raise
+    except Exception as exc:  # Ray's own failures (cluster, deployment): one line
+        log.error("Ray Serve deployment failed: %s", first_line(exc))
+        return 1
+    log.info("serving %s policy on %s (Ray Serve, %d replicas)", args.backend, url, args.replicas)
+    try:
+        stop.wait()
+    finally:
+        ray_serve.shutdown()
     return 0
 
 

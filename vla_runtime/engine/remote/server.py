@@ -28,7 +28,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from vla_runtime.core.compute_mode import ComputeModeError
-from vla_runtime.engine.policy import Observation, PolicyError
+from vla_runtime.engine.policy import PolicyError
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.keys import (
     ROBOT_NAME,
@@ -39,9 +39,9 @@ from vla_runtime.engine.remote.protocol import (
     DEFAULT_BIND,
     error_reply,
     float_map,
-    mode_from_wire,
     mode_to_wire,
     ok_reply,
+    parse_infer,
     spec_hash,
     spec_mismatch,
 )
@@ -389,32 +389,12 @@ class PolicyServer:
     def _infer(self, session: _Session, request: dict) -> dict:
         request_id = request.get("id")
         try:
-            if "instruction" in request:
-                if not isinstance(request["instruction"], str):
-                    raise TypeError("instruction must be a string")
-                session.instruction = request["instruction"]
-            images = request["images"]
-            if not isinstance(images, dict) or not all(
-                isinstance(k, str) and isinstance(v, np.ndarray) for k, v in images.items()
-            ):
-                raise PolicyError("images must map camera names to arrays")
-            state = request["state"]
-            if not isinstance(state, np.ndarray):
-                raise PolicyError("state must be an array")
-            plan = request.get("plan")
-            if plan is not None and not isinstance(plan, np.ndarray):
-                raise PolicyError("plan must be an array or absent")
-            mode = mode_from_wire(request.get("mode", {}))
-            stamp = request.get("stamp", 0.0)
-            if not isinstance(stamp, int | float) or not np.isfinite(stamp):
-                raise ValueError("stamp must be a finite number")
-            observation = Observation(
-                images=images, state=state, instruction=session.instruction, stamp=float(stamp)
-            )
+            observation, mode, plan = parse_infer(request, session.instruction)
         except PolicyError as exc:
             return error_reply(request_id, "policy", str(exc))
         except (KeyError, TypeError, ValueError, ComputeModeError) as exc:
             return error_reply(request_id, "bad_request", f"malformed infer request: {exc}")
+        session.instruction = observation.instruction
         started = time.perf_counter()
         try:
             chunk = session.policy.infer(observation, mode, plan)

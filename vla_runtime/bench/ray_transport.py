@@ -1,0 +1,174 @@
+"""Ray Serve fleet serving figures (extra `vla_runtime[fleet]`): HTTP-ingress overhead and
+multi-robot throughput, batched (`@serve.batch`) against unbatched.
+
+Each function deploys on the running Ray cluster (or starts a local one), measures, and shuts
+Serve down again. Robots are client threads of this process, each with its own `RayClient`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+from vla_runtime.bench.transport import BENCH_SPEC, EchoPolicy
+from vla_runtime.core.threads import limit_threads
+from vla_runtime.engine.policy import Observation, PolicySpec
+from vla_runtime.engine.remote import ray_serve
+from vla_runtime.engine.remote.ray_client import RayClient
+
+REPLICAS = 2
+
+
+def overhead(n: int = 500, warmup: int = 50) -> dict:
+    """Round trip minus the server's infer time (ms) through the HTTP ingress and the replica
+    hop, for `EchoPolicy` (one replica, unbatched: no batch wait in the figure)."""
+    with _deployed(policy_factory=EchoPolicy, replicas=1, max_batch_size=1, replica_cpus=0) as url:
+        client = RayClient(url, "bench", timeout_s=30.0)
+        observation = _observation(BENCH_SPEC, 0)
+        overhead_ms = np.empty(n)
+        for i in range(warmup + n):
+            observation.stamp = float(i)
+            started = time.perf_counter()
+            chunk = client.infer(observation)
+            elapsed_ms = (time.perf_counter() - started) * 1e3
+            if i >= warmup:
+                overhead_ms[i - warmup] = elapsed_ms - chunk.info["server_infer_ms"]
+        client.close()
+    return {
+        "p50": round(float(np.percentile(overhead_ms, 50)), 2),
+        "p99": round(float(np.percentile(overhead_ms, 99)), 2),
+    }
+
+
+def throughput(
+    robots: int,
+    batched: bool,
+    seconds: float = 10,
+    checkpoint: str | None = None,
+    preset: str = "tiny",
+) -> float:
+    """Full-compute requests/s of `robots` concurrent robots against the torch policy on
+    REPLICAS replicas of one torch thread each; batched: up to 8 requests per forward."""
+    with _deployed(
+        checkpoint=checkpoint,
+        preset=preset,
+        replicas=REPLICAS,
+        threads=1,
+        max_batch_size=8 if batched else 1,
+        batch_wait_timeout_s=0.005,
+    ) as url:
+        clients = [RayClient(url, f"bench-robot{i}", timeout_s=60.0) for i in range(robots)]
+        counts = [0] * robots
+        stop = threading.Event()
+        start = threading.Barrier(robots + 1)
+
+        def run(index: int) -> None:
+            client = clients[index]
+            observation = _observation(client.spec, index)
+            client.infer(observation)  # warm: session, connection, first forward
+            start.wait()
+            k = 0
+            while not stop.is_set():
+                k += 1
+                observation.stamp = float(k)
+                client.infer(observation)
+                counts[index] += 1
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(robots)]
+        for thread in threads:
+            thread.start()
+        start.wait(timeout=120)
+        begun = time.perf_counter()
+        time.sleep(seconds)  # the measurement window itself
+        done = sum(counts)
+        elapsed = time.perf_counter() - begun
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        for client in clients:
+            client.close()
+    return done / elapsed
+
+
+class _deployed:
+    """Deploy on loopback for the `with` block; start (and stop) a local cluster if needed."""
+
+    def __init__(self, **options):
+        self.options = options
+        self.started_ray = False
+
+    def __enter__(self) -> str:
+        import ray
+
+        if not ray.is_initialized():
+            cpus = max(REPLICAS, os.cpu_count() or 1)
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+            self.started_ray = True
+        url = ray_serve.deploy(port=_free_port(), **self.options)
+        deadline = time.monotonic() + 60
+        while True:  # the proxy may answer a moment after the application is running
+            try:
+                RayClient(url, "bench-probe", timeout_s=10.0).close()
+                return url
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def __exit__(self, *exc) -> None:
+        ray_serve.shutdown()
+        if self.started_ray:
+            import ray
+
+            ray.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _observation(spec: PolicySpec, seed: int) -> Observation:
+    rng = np.random.default_rng(seed)
+    images = {
+        c.name: rng.integers(0, 256, (c.height, c.width, 3), dtype=np.uint8) for c in spec.cameras
+    }
+    state = rng.normal(size=spec.state_dim).astype(np.float32)
+    return Observation(images, state, "pick up the red cube")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vla_runtime.bench.ray_transport")
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--robots", type=int, nargs="*", default=[1, 4, 8])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    import ray
+
+    limit_threads(1)
+    # One cluster for every figure (each deploys and removes its own application).
+    ray.init(num_cpus=max(REPLICAS, os.cpu_count() or 1), include_dashboard=False,
+             log_to_driver=False)  # fmt: skip
+    try:
+        result = {"overhead_ms": overhead(args.n), "throughput_rps": {}}
+        for robots in args.robots:
+            result["throughput_rps"][robots] = {
+                mode: round(throughput(robots, mode == "batched", args.seconds), 1)
+                for mode in ("unbatched", "batched")
+            }
+    finally:
+        ray.shutdown()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,595 @@
+"""Fleet serving on Ray Serve (`vla-runtime serve --engine ray`, extra `vla_runtime[fleet]`).
+
+Two deployments: `PolicyIngress` (HTTP, `packed` bodies, bearer-token authentication) forwards
+each request to `PolicyReplica` (N replicas, each with its own copy of the policy). The ingress
+routes by robot with Ray Serve's consistent-hash request router (session id = the robot, no
+fallback replica), so a robot's per-robot session (KV caches, previous chunk, RNG) lives on one
+replica. Full-compute requests without a plan are gathered with `@serve.batch` across robots
+and run as one batched forward (`infer_batch`); every other mode runs on the robot's session.
+
+Replies carry the ZeroMQ server's fields (`protocol.ok_reply` / `error_reply`) plus `replica`.
+Ray's HTTP ingress has no authentication of its own: off loopback, TLS and an API-key file
+(bearer tokens, `keys.load_api_keys`) are both required. `ray` is imported inside functions
+only: `import vla_runtime` never needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import itertools
+import logging
+import os
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeModeError
+from vla_runtime.core.threads import limit_threads
+from vla_runtime.engine import signals
+from vla_runtime.engine.factory import load_policy
+from vla_runtime.engine.kv_cache import INSTRUCTION_CACHE_SIZE, CachedBlock, Prefix, PreviousChunk
+from vla_runtime.engine.model import text_bias
+from vla_runtime.engine.policy import ActionChunk, Observation, PolicyError
+from vla_runtime.engine.remote import packed, wire
+from vla_runtime.engine.remote.keys import ROBOT_NAME, check_exposure, load_api_keys
+from vla_runtime.engine.remote.protocol import (
+    error_reply,
+    float_map,
+    mode_to_wire,
+    ok_reply,
+    parse_infer,
+    spec_hash,
+    spec_mismatch,
+)
+from vla_runtime.engine.remote.server import ServerLimits, session_policy
+from vla_runtime.engine.torch_backend import TorchPolicy
+
+log = logging.getLogger(__name__)
+
+NOT_INSTALLED = "Ray Serve is not installed: pip install 'vla_runtime[fleet]'"
+APP_NAME = "vla_policy"
+ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
+TOKENS_RELOAD_S = 1.0
+HTTP_STATUS = {"unauthorized": 401, "too_large": 413, "bad_request": 400, "overloaded": 503}
+
+
+def import_serve():
+    """`ray.serve`, or ImportError with the one-line install hint."""
+    try:
+        from ray import serve
+    except ImportError:
+        raise ImportError(NOT_INSTALLED) from None
+    return serve
+
+
+# -- batched full compute ----------------------------------------------------------------------
+
+
+def batchable(policy) -> bool:
+    """One batched forward is exact only for the torch back end sampling one candidate."""
+    return isinstance(policy, TorchPolicy) and policy.candidates == 1
+
+
+def infer_batch(policy, observations: list[Observation], sessions: list | None = None) -> list:
+    """Full-compute inference (v0d0, no plan) of several observations in one forward pass.
+
+    `sessions[i]` (default `policy`) is the per-robot copy observation i belongs to: its RNG
+    draws the start noise and its caches (instruction, cameras, prefix, previous chunk) are
+    refreshed as its own `infer` would, so cached modes can follow. Returns one ActionChunk per
+    observation, or the PolicyError of an observation that fails its checks (the others still
+    run). Back ends other than torch run one `infer` per observation."""
+    sessions = list(sessions) if sessions is not None else [policy] * len(observations)
+    if not batchable(policy):
+        return [_infer_one(s, o) for s, o in zip(sessions, observations, strict=True)]
+    results: list = [None] * len(observations)
+    items = []
+    for i, (session, obs) in enumerate(zip(sessions, observations, strict=True)):
+        try:
+            items.append((i, session, obs, session._check_observation(obs)))
+        except PolicyError as exc:
+            results[i] = exc
+    if items:
+        for i, chunk in _forward(policy, items):
+            results[i] = chunk
+    return results
+
+
+def _forward(policy: TorchPolicy, items: list) -> list:
+    """The staged prefix of `CachedPolicy._prefix_kv` at level 0 and `_denoise` at level 0,
+    over a batch axis; the caches are then split per session."""
+    spec, device, count = policy.spec, policy.device, len(items)
+    text = torch.cat([checked[2] for *_, checked in items])
+    state = torch.cat([checked[1] for *_, checked in items])
+    timings = {"vision": 0.0, "backbone": 0.0, "action_head": 0.0}
+    start = time.perf_counter()
+    with torch.no_grad():
+        unique, inverse = torch.unique(text, dim=0, return_inverse=True)
+        text_kv = policy.instruction_kv(unique)[:, :, inverse]
+        t_bias = text_bias(text)
+        timings["backbone"] += (time.perf_counter() - start) * 1e3
+        blocks, camera_tokens = [text_kv], []
+        for c in range(len(spec.cameras)):
+            t0 = time.perf_counter()
+            images = np.stack([checked[0][c] for *_, checked in items])
+            images = torch.from_numpy(images).to(device)
+            index = torch.full((count,), c, dtype=torch.long, device=device)
+            tokens = policy.vision_tokens(images, index)
+            t1 = time.perf_counter()
+            blocks.append(policy.block_kv(tokens, text_kv, t_bias))
+            camera_tokens.append(tokens)
+            timings["vision"] += (t1 - t0) * 1e3
+            timings["backbone"] += (time.perf_counter() - t1) * 1e3
+        t0 = time.perf_counter()
+        past = torch.cat(blocks, dim=4)
+        past_bias = torch.nn.functional.pad(t_bias, (0, past.shape[4] - t_bias.shape[1]))
+        state_kv = policy.block_kv(policy.state_tokens(state), past, past_bias)
+        kv = torch.cat([past, state_kv], dim=4)
+        bias = torch.nn.functional.pad(t_bias, (0, kv.shape[4] - t_bias.shape[1]))
+        timings["backbone"] += (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        shape = (1, spec.chunk_len, spec.action_dim)
+        noise = np.concatenate(
+            [s._rng.standard_normal(shape, dtype=np.float32) * np.float32(s.noise_scale)
+             for _, s, _, _ in items]
+        )  # fmt: skip
+        actions = torch.from_numpy(noise).to(device)
+        steps = policy.config.num_steps
+        for k in range(steps):  # rtc.denoise without guidance, as CachedPolicy runs it
+            tau = torch.full((count,), k / steps, dtype=torch.float32, device=device)
+            actions = actions + policy.velocity(actions, tau, kv, bias) / steps
+        timings["action_head"] = (time.perf_counter() - t0) * 1e3
+    timings["total"] = (time.perf_counter() - start) * 1e3
+    normalised = actions.cpu()
+    chunks = policy.normalization.denormalize_actions(normalised.numpy()).astype(np.float32)
+    out = []
+    for row, (i, session, obs, _) in enumerate(items):
+        if not np.isfinite(chunks[row]).all():
+            out.append((i, PolicyError("the model produced non-finite actions; no chunk")))
+            continue
+        info = {"steps": float(steps), "cameras_reused": 0.0, "candidates": 1.0,
+                "noise_scale": float(session.noise_scale), "batch_size": float(count)}  # fmt: skip
+        divergence = session._divergence(normalised[row].to(device), obs)
+        if divergence is not None:
+            info["chunk_divergence"] = divergence
+        one = slice(row, row + 1)
+        _refresh_session(session, obs, text_kv[:, :, one], [b[:, :, one] for b in blocks[1:]],
+                         [t[one] for t in camera_tokens], kv[:, :, one], bias[one],
+                         normalised[row], info)  # fmt: skip
+        out.append((i, ActionChunk(chunks[row], obs.stamp, FULL_COMPUTE, dict(timings), info)))
+    return out
+
+
+def _refresh_session(session, obs, text_kv, camera_kv, tokens, kv, bias, normalised, info):
+    """Leave `session`'s caches as its own full-compute `infer` would have."""
+    instruction = obs.instruction
+    session._instructions[instruction] = text_kv.clone()
+    session._instructions.move_to_end(instruction)
+    while len(session._instructions) > INSTRUCTION_CACHE_SIZE:
+        session._instructions.popitem(last=False)
+    for camera, block, token in zip(session.spec.cameras, camera_kv, tokens, strict=True):
+        cached = session._cameras.get(camera.name)
+        if cached is not None and cached.tokens is not None:
+            info[f"vision_similarity_{camera.name}"] = signals.token_similarity(
+                token, cached.tokens
+            )
+        session._cameras[camera.name] = CachedBlock(
+            instruction, block.clone(), tokens=token.clone()
+        )
+    session._prefix = Prefix(instruction, kv.clone(), bias.clone())
+    session._previous = PreviousChunk(
+        instruction,
+        obs.stamp,
+        normalised.to(session.device),
+        np.asarray(obs.state, np.float32).copy(),
+    )
+
+
+# -- authentication and exposure ---------------------------------------------------------------
+
+
+class TokenStore:
+    """The tokens file, re-read (at most once a second) when it changes, so a robot removed
+    from it is refused on its next request. An unreadable file refuses everyone."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self._tokens: dict[str, str] = {}
+        self._signature: Any = ()
+        self._checked = 0.0
+        self._reload(force=True)
+        if not self._tokens:
+            log.warning("no robot tokens in %s: every request is refused", self.path)
+
+    def _reload(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < TOKENS_RELOAD_S:
+            return
+        self._checked = now
+        try:
+            stat = self.path.stat() if self.path else None
+        except OSError:
+            stat = None
+        signature = (stat.st_mtime_ns, stat.st_size) if stat else None
+        if not force and signature == self._signature:
+            return
+        self._signature = signature
+        try:
+            self._tokens = load_api_keys(self.path) if signature else {}
+        except (OSError, ValueError) as exc:
+            log.error("tokens file refused, every request is refused until fixed: %s", exc)
+            self._tokens = {}
+
+    def robot_for(self, authorization: str | None) -> str | None:
+        """The robot of an `Authorization: Bearer <token>` header value, or None."""
+        self._reload()
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        presented = token.strip().encode()
+        robot = None
+        for known, name in self._tokens.items():  # compare with every token: constant time
+            if hmac.compare_digest(presented, known.encode()):
+                robot = name
+        return robot
+
+
+# -- the policy replica ------------------------------------------------------------------------
+
+
+@dataclass
+class _Session:
+    robot: str
+    policy: Any
+    instruction: str = ""
+    last_seen: float = field(default_factory=time.monotonic)
+    requests: int = 0
+
+
+def _replica_id() -> str:
+    serve = sys.modules.get("ray.serve")  # a replica has it loaded; elsewhere do not load it
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside Ray Serve (unit tests, in-process use)
+        return f"local-{os.getpid()}"
+
+
+class PolicyReplica:
+    """One copy of the policy and the sessions of the robots routed to it, as `PolicyServer`
+    keeps them (shallow copy + reset + reseed per robot, LRU cap, idle expiry). Model compute
+    is serialised (one forward at a time, `threads` torch threads) off the event loop, so
+    requests keep arriving, and batching, while a forward runs. `max_batch_size` 1: unbatched."""
+
+    def __init__(
+        self,
+        factory,
+        seed: int = 0,
+        threads: int = 1,
+        limits: ServerLimits = ServerLimits(),
+        max_batch_size: int = 8,
+        batch_wait_timeout_s: float = 0.005,
+    ):
+        self.threads = limit_threads(threads)
+        self.policy = factory()
+        self.limits, self._seed = limits, seed
+        self._spec_dict = self.policy.spec.to_dict()
+        self.spec_hash = spec_hash(self._spec_dict)
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._errors = itertools.count(1)
+        self._compute = asyncio.Lock()
+        self.replica_id = _replica_id()
+        self.counters = {"served": 0, "batches": 0, "batched": 0, "evicted": 0}
+        self._batch = None
+        if max_batch_size > 1:
+            self._batch = import_serve().batch(
+                max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s
+            )(self._full_batch)
+
+    async def serve_request(self, robot: str, request: dict) -> dict:
+        """One request of `robot` (authenticated by the ingress) -> its reply."""
+        arrived = time.perf_counter()
+        try:
+            reply = await self._handle(robot, request, arrived)
+        except Exception:  # never let one bad request take the replica down, nor tell why
+            ref = next(self._errors)
+            log.exception("internal error #%d on a request from %s", ref, robot)
+            reply = error_reply(
+                request.get("id") if isinstance(request, dict) else None,
+                "internal",
+                f"internal server error (replica {self.replica_id} log #{ref})",
+            )
+        reply["replica"] = self.replica_id
+        return reply
+
+    def stats(self) -> dict:
+        return {**self.counters, "sessions": len(self._sessions), "replica": self.replica_id}
+
+    async def _handle(self, robot: str, request: dict, arrived: float) -> dict:
+        request_id = request.get("id")
+        version = request.get("v")
+        if version != wire.PROTOCOL_VERSION:
+            return error_reply(
+                request_id,
+                "version",
+                f"protocol version mismatch: client speaks v{str(version)[:10]}, server speaks "
+                f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
+            )
+        self._expire_sessions()
+        op = request.get("op")
+        if op == "hello":
+            return self._hello(robot, request)
+        if op != "infer":
+            return error_reply(request_id, "bad_request", f"unknown op {str(op)[:40]!r}")
+        session = self._sessions.get(robot)
+        if session is None:
+            return error_reply(request_id, "handshake_required", "unknown session: say hello")
+        session.last_seen = time.monotonic()
+        session.requests += 1
+        self._sessions.move_to_end(robot)
+        try:
+            observation, mode, plan = parse_infer(request, session.instruction)
+            if plan is not None and plan.size == 0:
+                plan = None  # an empty plan constrains nothing (CachedPolicy ignores it too)
+        except PolicyError as exc:
+            return error_reply(request_id, "policy", str(exc))
+        except (KeyError, TypeError, ValueError, ComputeModeError) as exc:
+            return error_reply(request_id, "bad_request", f"malformed infer request: {exc}")
+        session.instruction = observation.instruction
+        full = mode.vision_level == 0 and mode.denoise_level == 0 and plan is None
+        if full and self._batch is not None:
+            chunk, started, infer_ms = await self._batch((session, observation))
+        else:
+            async with self._compute:
+                started = time.perf_counter()
+                chunk = await asyncio.to_thread(_infer_one, session.policy, observation, mode, plan)
+                infer_ms = (time.perf_counter() - started) * 1e3
+        if isinstance(chunk, PolicyError):
+            return error_reply(request_id, "policy", str(chunk))
+        self.counters["served"] += 1
+        applied = mode if chunk.mode == FULL_COMPUTE and full else chunk.mode
+        return ok_reply(
+            request_id,
+            actions=np.asarray(chunk.actions, dtype=np.float32),
+            stamp=float(chunk.stamp),
+            mode=mode_to_wire(applied),
+            policy_timings_ms=float_map(chunk.timings_ms),
+            info=float_map(chunk.info),
+            timing_ms={"queue": (started - arrived) * 1e3, "infer": infer_ms},
+        )
+
+    async def _full_batch(self, items: list) -> list:
+        """`@serve.batch` target: [(session, observation)] -> [(chunk | error, start, ms)]."""
+        async with self._compute:
+            started = time.perf_counter()
+            results = await asyncio.to_thread(
+                infer_batch, self.policy, [o for _, o in items], [s.policy for s, _ in items]
+            )
+            infer_ms = (time.perf_counter() - started) * 1e3
+        self.counters["batches"] += 1
+        self.counters["batched"] += len(items)
+        return [(result, started, infer_ms) for result in results]
+
+    def _hello(self, robot: str, request: dict) -> dict:
+        request_id = request.get("id")
+        expected = request.get("expected_spec")
+        if expected is not None:
+            mismatch = spec_mismatch(expected, self._spec_dict)
+            if mismatch:
+                return error_reply(
+                    request_id,
+                    "spec",
+                    f"policy spec mismatch (client expects vs server serves): {mismatch}",
+                )
+        session = self._sessions.get(robot)
+        if session is None:
+            while len(self._sessions) >= self.limits.max_sessions:
+                oldest = next(iter(self._sessions))
+                self._sessions.pop(oldest)
+                self.counters["evicted"] += 1
+                log.info("session of %s evicted (limit %d)", oldest, self.limits.max_sessions)
+            session = _Session(robot, session_policy(self.policy, self._seed))
+            self._sessions[robot] = session
+            log.info("robot %s connected (%d sessions)", robot, len(self._sessions))
+        else:  # the same robot again (reconnected): its caches start afresh
+            session.instruction = ""
+            if callable(getattr(session.policy, "reset", None)):
+                session.policy.reset()
+        session.last_seen = time.monotonic()
+        self._sessions.move_to_end(robot)
+        return ok_reply(
+            request_id,
+            spec=self._spec_dict,
+            spec_hash=self.spec_hash,
+            robot=robot,
+            threads=self.threads,
+        )
+
+    def _expire_sessions(self) -> None:
+        now = time.monotonic()
+        for robot in [
+            r for r, s in self._sessions.items() if now - s.last_seen > self.limits.session_idle_s
+        ]:
+            self._sessions.pop(robot)
+
+
+def _infer_one(policy, observation, mode=FULL_COMPUTE, plan=None):
+    """`policy.infer`, with a PolicyError returned (it answers one request of a batch)."""
+    try:
+        return policy.infer(observation, mode, plan)
+    except PolicyError as exc:
+        return exc
+
+
+# -- the HTTP ingress --------------------------------------------------------------------------
+
+
+class PolicyIngress:
+    """HTTP front: size and token checked before the body is read, `packed` bodies, the
+    robot's requests sent to its replica (session id = robot; consistent-hash router)."""
+
+    MAX_HANDLES = 1024
+
+    def __init__(self, policy, tokens_file: str | None = None, auth: bool = False):
+        self._policy = policy
+        self._tokens = TokenStore(tokens_file) if auth else None
+        self._handles: OrderedDict[str, Any] = OrderedDict()
+        self._errors = itertools.count(1)
+
+    async def __call__(self, request):
+        try:
+            from starlette.responses import Response
+        except ImportError:  # starlette comes with ray[serve]
+            raise ImportError(NOT_INSTALLED) from None
+
+        reply = await self.answer(request.method, request.headers, request.stream())
+        status = 200 if reply.get("ok") else HTTP_STATUS.get(reply.get("kind"), 200)
+        return Response(packed.pack(reply), status_code=status, media_type="application/msgpack")
+
+    async def answer(self, method: str, headers, body_chunks) -> dict:
+        if method != "POST":
+            return error_reply(None, "bad_request", "POST a packed request")
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > wire.MAX_MESSAGE_BYTES):
+            return error_reply(None, "too_large", f"body over {wire.MAX_MESSAGE_BYTES} bytes")
+        robot = None
+        if self._tokens is not None:
+            robot = self._tokens.robot_for(headers.get("authorization"))
+            if robot is None:
+                return error_reply(None, "unauthorized", "missing or unknown bearer token")
+        body = bytearray()
+        async for part in body_chunks:  # chunked bodies have no length: bound while reading
+            body += part
+            if len(body) > wire.MAX_MESSAGE_BYTES:
+                return error_reply(None, "too_large", f"body over {wire.MAX_MESSAGE_BYTES} bytes")
+        started = time.perf_counter()
+        try:
+            request = packed.unpack(bytes(body))
+            if not isinstance(request, dict):
+                raise wire.WireError("request must be a map")
+        except wire.WireError as exc:
+            return error_reply(None, "bad_request", str(exc))
+        decode_ms = (time.perf_counter() - started) * 1e3
+        if robot is None:  # loopback without tokens: the robot names itself
+            robot = request.get("robot")
+            if not (isinstance(robot, str) and ROBOT_NAME.fullmatch(robot)):
+                return error_reply(
+                    request.get("id"), "bad_request", "robot: 1-64 letters, digits, '_', '.' or '-'"
+                )
+        reply = await self._forward(robot, request)
+        if reply.get("ok") and isinstance(reply.get("timing_ms"), dict):
+            reply["timing_ms"] = {"decode": decode_ms, **reply["timing_ms"]}
+        return reply
+
+    async def _forward(self, robot: str, request: dict) -> dict:
+        from ray.serve.exceptions import BackPressureError
+
+        try:
+            return await self._handle_for(robot).remote(robot, request)
+        except BackPressureError:
+            return error_reply(request.get("id"), "overloaded", "replica queue full; try again")
+        except Exception:
+            ref = next(self._errors)
+            log.exception("internal error #%d forwarding a request of %s", ref, robot)
+            return error_reply(
+                request.get("id"), "internal", f"internal server error (ingress log #{ref})"
+            )
+
+    def _handle_for(self, robot: str):
+        handle = self._handles.get(robot)
+        if handle is None:
+            handle = self._policy.options(method_name="serve_request", session_id=robot)
+            self._handles[robot] = handle
+            while len(self._handles) > self.MAX_HANDLES:
+                self._handles.popitem(last=False)
+        self._handles.move_to_end(robot)
+        return handle
+
+
+# -- deployment and entry point ----------------------------------------------------------------
+
+
+def deploy(
+    checkpoint: str | None = None,
+    preset: str = "tiny",
+    backend: str = "torch",
+    device: str = "cpu",
+    seed: int = 0,
+    threads: int = 1,
+    replicas: int = 2,
+    max_batch_size: int = 8,
+    batch_wait_timeout_s: float = 0.005,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens_file: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    limits: ServerLimits = ServerLimits(),
+    policy_factory=None,
+    replica_cpus: float | None = None,
+    ray_address: str | None = None,
+) -> str:
+    """Start Serve (HTTP on host:port, TLS when cert+key) and deploy the policy; returns the
+    URL robots use. `policy_factory`: a picklable callable returning the policy (default:
+    `load_policy` with the arguments above). Joins the running Ray cluster, or starts a local
+    one (`ray_address`). Returns once the application is running."""
+    check_exposure(host, tls_cert, tls_key, tokens_file)
+    if replicas < 1 or max_batch_size < 1 or batch_wait_timeout_s < 0:
+        raise ValueError("replicas and max_batch_size must be >= 1, batch_wait_timeout_s >= 0")
+    serve = import_serve()
+    import ray
+    from ray.serve.config import RequestRouterConfig
+
+    if not ray.is_initialized():
+        ray.init(address=ray_address, include_dashboard=False)
+    factory = policy_factory or functools.partial(
+        load_policy, backend, checkpoint, preset, device, seed, threads
+    )
+    http = {"host": host, "port": port}
+    if tls_cert:
+        http.update(
+            ssl_certfile=str(Path(tls_cert).resolve()), ssl_keyfile=str(Path(tls_key).resolve())
+        )
+    serve.start(http_options=http)
+    replica = serve.deployment(
+        PolicyReplica,
+        name="PolicyReplica",
+        num_replicas=replicas,
+        # Every robot may have a request in flight; beyond `max_queue` waiting at the ingress
+        # the ingress answers `overloaded` (BackPressureError).
+        max_ongoing_requests=max(limits.max_sessions, max_batch_size),
+        max_queued_requests=limits.max_queue,
+        ray_actor_options={"num_cpus": threads if replica_cpus is None else replica_cpus},
+        request_router_config=RequestRouterConfig(
+            request_router_class=ROUTER,
+            # No fallback: a robot's session exists on its replica only.
+            request_router_kwargs={"num_fallback_replicas": 0},
+        ),
+    )
+    ingress = serve.deployment(
+        PolicyIngress,
+        name="PolicyIngress",
+        num_replicas=1,
+        max_ongoing_requests=4 * max(limits.max_sessions, 1),
+        ray_actor_options={"num_cpus": 0},
+    )
+    tokens = str(Path(tokens_file).resolve()) if tokens_file else None
+    app = ingress.bind(
+        replica.bind(factory, seed, threads, limits, max_batch_size, batch_wait_timeout_s),
+        tokens,
+        tokens is not None,
+    )
+    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+    scheme = "https" if tls_cert else "http"
+    return f"{scheme}://{host}:{port}/"
+
+
+def shutdown() -> None:
+    """Remove the application and stop Serve (the Ray cluster keeps running)."""
+    import_serve().shutdown()
