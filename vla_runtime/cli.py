@@ -71,7 +71,7 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.name == "engine":
         result = run("engine", preset=args.preset, device=args.device)
     elif args.name == "transport":
-        result = run("transport")
+        result = run("transport", curve=args.curve, fleet=not args.no_fleet)
     elif args.name == "driver":
         result = run("driver", seconds=args.seconds or 60.0)
     elif args.name == "faults":
@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--config", help="scheduler: thresholds YAML (default config/scheduler.yaml)"
     )
+    bench.add_argument("--curve", action="store_true", help="transport: also ZeroMQ with CURVE")
+    bench.add_argument("--no-fleet", action="store_true", help="transport: skip Ray Serve")
     bench.set_defaults(func=_bench)
 
     for name, (module, _) in DATA_COMMANDS.items():

@@ -18,7 +18,7 @@ from test_remote import load_tiny_policy
 from websockets.sync.client import connect
 from websockets.sync.server import serve
 
-from vla_runtime.bench.transport import BENCH_SPEC, EchoPolicy
+from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.checkpoint import load_spec
 from vla_runtime.engine.policy import Observation, PolicyError

@@ -418,10 +418,12 @@ def test_revoked_robot_is_refused_while_another_keeps_working(curve_server):
         assert "arm1" not in srv._sessions
 
 
-def test_transport_bench_reports_overhead_and_settings():
+def test_transport_bench_reports_overhead_per_path_and_targets():
     from vla_runtime.bench.transport import run_bench
 
-    result = run_bench(n=30, warmup=5)
-    assert 0 < result["p50_us"] <= result["p99_us"] <= result["max_us"]
-    assert result["round_trip_p50_us"] >= result["p50_us"]
+    result = run_bench(n=30, warmup=5, fleet=False)
+    for path in ("zmq", "openpi"):
+        figures = result["overhead_ms"][path]
+        assert 0 < figures["p50"] <= figures["p99"] <= figures["max"]
+    assert set(result["met"]) == {"zmq_overhead_p99_le_1ms", "openpi_overhead_p99_le_3ms"}
     assert result["settings"]["request_payload_bytes"] == 2 * 224 * 224 * 3 + 8 * 4

@@ -7,19 +7,15 @@ Serve down again. Robots are client threads of this process, each with its own `
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import socket
-import sys
 import threading
 import time
 
 import numpy as np
 
-from vla_runtime.bench.transport import BENCH_SPEC, EchoPolicy
+from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, bench_observation
 from vla_runtime.core.threads import limit_threads
-from vla_runtime.engine.policy import Observation, PolicySpec
 from vla_runtime.engine.remote import ray_serve
 from vla_runtime.engine.remote.ray_client import RayClient
 
@@ -31,7 +27,7 @@ def overhead(n: int = 500, warmup: int = 50) -> dict:
     hop, for `EchoPolicy` (one replica, unbatched: no batch wait in the figure)."""
     with _deployed(policy_factory=EchoPolicy, replicas=1, max_batch_size=1, replica_cpus=0) as url:
         client = RayClient(url, "bench", timeout_s=30.0)
-        observation = _observation(BENCH_SPEC, 0)
+        observation = bench_observation(BENCH_SPEC, 0)
         overhead_ms = np.empty(n)
         for i in range(warmup + n):
             observation.stamp = float(i)
@@ -71,7 +67,7 @@ def throughput(
 
         def run(index: int) -> None:
             client = clients[index]
-            observation = _observation(client.spec, index)
+            observation = bench_observation(client.spec, index)
             client.infer(observation)  # warm: session, connection, first forward
             start.wait()
             k = 0
@@ -136,39 +132,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _observation(spec: PolicySpec, seed: int) -> Observation:
-    rng = np.random.default_rng(seed)
-    images = {
-        c.name: rng.integers(0, 256, (c.height, c.width, 3), dtype=np.uint8) for c in spec.cameras
-    }
-    state = rng.normal(size=spec.state_dim).astype(np.float32)
-    return Observation(images, state, "pick up the red cube")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vla_runtime.bench.ray_transport")
-    parser.add_argument("--n", type=int, default=500)
-    parser.add_argument("--robots", type=int, nargs="*", default=[1, 4, 8])
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args(argv)
+def fleet_figures(n: int = 500, robots=(1, 4, 8), seconds: float = 10.0) -> dict:
+    """`overhead_ms` and `throughput_rps` for `bench transport`, on one local Ray cluster
+    (each figure deploys and removes its own application)."""
     import ray
 
     limit_threads(1)
-    # One cluster for every figure (each deploys and removes its own application).
     ray.init(num_cpus=max(REPLICAS, os.cpu_count() or 1), include_dashboard=False,
              log_to_driver=False)  # fmt: skip
     try:
-        result = {"overhead_ms": overhead(args.n), "throughput_rps": {}}
-        for robots in args.robots:
-            result["throughput_rps"][robots] = {
-                mode: round(throughput(robots, mode == "batched", args.seconds), 1)
+        result = {"overhead_ms": overhead(n), "throughput_rps": {}}
+        for count in robots:
+            result["throughput_rps"][str(count)] = {
+                mode: round(throughput(count, mode == "batched", seconds), 1)
                 for mode in ("unbatched", "batched")
             }
     finally:
         ray.shutdown()
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return result

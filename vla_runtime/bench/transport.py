@@ -1,15 +1,20 @@
-"""`vla-runtime bench transport`: remote back-end round-trip overhead, inference excluded.
+"""`vla-runtime bench transport`: what serving a policy costs over running it in-process.
 
-A `PolicyServer` runs in its own process (no GIL sharing with the client) and serves
-`EchoPolicy`, which returns a preallocated chunk, through exactly the same framing, sockets and
-session logic as a real policy. The server also reports how long `infer` took; that time is
-subtracted from every round trip, so the figures are pure transport + (de)serialisation cost
-for one observation of 2 cameras × 224×224×3 uint8 + state.
+`overhead_ms.<path>`: round trip minus the server's own `infer` time, for one observation of
+2 cameras × 224×224×3 uint8 + state, through each way a robot reaches a policy server: `zmq`
+(our protocol, `PolicyServer` + `RemoteClient`; `zmq_curve` with `--curve`), `openpi` (openpi's
+websocket protocol, `OpenpiServer` + the `openpi` back end) and `ray` (Ray Serve's HTTP ingress
+and a replica, where the `fleet` extra is installed). Servers run `EchoPolicy` in a process of
+their own (no GIL shared with the client), through exactly the framing, sockets and session
+logic of a real policy. `throughput_rps.<robots>`: full-compute requests per second of 1, 4 and
+8 concurrent robots against the tiny torch policy on 2 Ray Serve replicas, with `@serve.batch`
+(batched) and without (unbatched).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing as mp
 import platform
@@ -20,8 +25,8 @@ import time
 import numpy as np
 import zmq
 
-from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
-from vla_runtime.engine.policy import ActionChunk, CameraSpec, Observation, PolicySpec
+from vla_runtime.bench import ray_transport
+from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, bench_observation
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.keys import (
@@ -30,37 +35,24 @@ from vla_runtime.engine.remote.keys import (
     load_client_keys,
     load_server_keys,
 )
+from vla_runtime.engine.remote.openpi_policy import OpenpiPolicy
+from vla_runtime.engine.remote.openpi_server import OpenpiServer
 from vla_runtime.engine.remote.server import PolicyServer
 
-BENCH_SPEC = PolicySpec(
-    cameras=(CameraSpec("scene", 224, 224), CameraSpec("wrist", 224, 224)),
-    state_dim=8,
-    action_dim=8,
-    chunk_len=50,
-    dt=0.02,
-)
+TARGETS_MS = {"zmq": 1.0, "openpi": 3.0, "ray": 12.0}  # overhead p99
+BATCHING_TARGET = 2.0  # batched / unbatched throughput at 8 robots
 
 
-class EchoPolicy:
-    """Zero-cost policy for transport measurements: a fixed chunk stamped like the input."""
-
-    def __init__(self, spec: PolicySpec = BENCH_SPEC):
-        self.spec = spec
-        self._actions = np.zeros((spec.chunk_len, spec.action_dim), dtype=np.float32)
-
-    def infer(
-        self,
-        observation: Observation,
-        compute_mode: ComputeMode = FULL_COMPUTE,
-        plan=None,
-        noise_scale=None,
-    ) -> ActionChunk:
-        return ActionChunk(self._actions, observation.stamp, compute_mode)
-
-
-def _serve_echo(bind: str, keys: str | None, ready, stop) -> None:
+def _serve_echo(protocol: str, keys: str | None, ready, stop) -> None:
+    if protocol == "openpi":
+        server = OpenpiServer(EchoPolicy(), port=0)
+        ready.send(server.url)
+        server.serve(stop)
+        return
     secret, allowed = load_server_keys(keys) if keys else (None, None)
-    server = PolicyServer(EchoPolicy(), bind, curve_secret=secret, authorized_clients=allowed)
+    server = PolicyServer(
+        EchoPolicy(), "tcp://127.0.0.1:*", curve_secret=secret, authorized_clients=allowed
+    )
     ready.send(server.endpoint)
     try:
         server.serve(stop)
@@ -68,90 +60,114 @@ def _serve_echo(bind: str, keys: str | None, ready, stop) -> None:
         server.close()
 
 
-def run_bench(n: int = 2000, warmup: int = 200, curve: bool = False) -> dict:
+def _overhead(protocol: str, n: int, warmup: int, curve: bool = False) -> dict:
+    """Overhead (ms) of `n` round trips after `warmup`, through a server in its own process."""
     with tempfile.TemporaryDirectory() as keys:
         server_public, client_keys = None, None
         if curve:
             generate_keys(keys)
             server_public, client_keys = load_client_keys(add_robot(keys, "bench"))
-        return _run(n, warmup, curve, keys if curve else None, server_public, client_keys)
-
-
-def _run(n, warmup, curve, keys, server_public, client_keys) -> dict:
-    ctx = mp.get_context("spawn")
-    ready_recv, ready_send = ctx.Pipe(duplex=False)
-    stop = ctx.Event()
-    server = ctx.Process(
-        target=_serve_echo, args=("tcp://127.0.0.1:*", keys, ready_send, stop), daemon=True
-    )
-    server.start()
-    try:
-        if not ready_recv.poll(60):
-            raise RuntimeError("bench server did not start within 60 s")
-        endpoint = ready_recv.recv()
-        rng = np.random.default_rng(0)
-        observation = Observation(
-            images={
-                cam.name: rng.integers(0, 256, (cam.height, cam.width, 3), dtype=np.uint8)
-                for cam in BENCH_SPEC.cameras
-            },
-            state=rng.normal(size=BENCH_SPEC.state_dim).astype(np.float32),
-            instruction="pick up the red cube",
-        )
-        overhead_us = np.empty(n)
-        round_trip_us = np.empty(n)
-        with RemoteClient(endpoint, server_public, client_keys, timeout_s=10.0) as client:
-            for i in range(warmup + n):
-                observation.stamp = float(i)
-                started = time.perf_counter()
-                chunk = client.infer(observation)
-                elapsed_us = (time.perf_counter() - started) * 1e6
-                if chunk.stamp != observation.stamp:
-                    raise RuntimeError("reply does not belong to the request")
-                if i >= warmup:
-                    round_trip_us[i - warmup] = elapsed_us
-                    overhead_us[i - warmup] = elapsed_us - chunk.info["server_infer_ms"] * 1e3
-    finally:
-        stop.set()
-        server.join(timeout=10)
-        if server.is_alive():
-            server.kill()
-    payload_bytes = sum(image.nbytes for image in observation.images.values())
-    payload_bytes += observation.state.nbytes
+        ctx = mp.get_context("spawn")
+        ready_recv, ready_send = ctx.Pipe(duplex=False)
+        stop = ctx.Event()
+        args = (protocol, keys if curve else None, ready_send, stop)
+        server = ctx.Process(target=_serve_echo, args=args, daemon=True)
+        server.start()
+        try:
+            if not ready_recv.poll(60):
+                raise RuntimeError("bench server did not start within 60 s")
+            address = ready_recv.recv()
+            if protocol == "openpi":
+                client = OpenpiPolicy(address, timeout_s=10.0)
+            else:
+                client = RemoteClient(address, server_public, client_keys, timeout_s=10.0)
+            with client:
+                overhead_ms = _round_trips(client, n, warmup)
+        finally:
+            stop.set()
+            server.join(timeout=10)
+            if server.is_alive():
+                server.kill()
     return {
-        "p50_us": round(float(np.percentile(overhead_us, 50)), 1),
-        "p99_us": round(float(np.percentile(overhead_us, 99)), 1),
-        "max_us": round(float(overhead_us.max()), 1),
-        "mean_us": round(float(overhead_us.mean()), 1),
-        "round_trip_p50_us": round(float(np.percentile(round_trip_us, 50)), 1),
-        "round_trip_p99_us": round(float(np.percentile(round_trip_us, 99)), 1),
-        "target_p99_us": 1000.0,
-        "settings": {
-            "n": n,
-            "warmup": warmup,
-            "endpoint": "tcp loopback",
-            "curve": curve,
-            "cameras": [[c.name, c.height, c.width, 3] for c in BENCH_SPEC.cameras],
-            "state_dim": BENCH_SPEC.state_dim,
-            "reply_actions": [BENCH_SPEC.chunk_len, BENCH_SPEC.action_dim],
-            "request_payload_bytes": payload_bytes,
-            "protocol_version": wire.PROTOCOL_VERSION,
-            "libzmq": zmq.zmq_version(),
-            "pyzmq": zmq.pyzmq_version(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "excluded": "server-side policy.infer time (measured per request)",
-        },
+        "p50": round(float(np.percentile(overhead_ms, 50)), 3),
+        "p99": round(float(np.percentile(overhead_ms, 99)), 3),
+        "max": round(float(overhead_ms.max()), 3),
     }
+
+
+def _round_trips(client, n: int, warmup: int) -> np.ndarray:
+    observation = bench_observation()
+    overhead_ms = np.empty(n)
+    for i in range(warmup + n):
+        observation.stamp = float(i)
+        started = time.perf_counter()
+        chunk = client.infer(observation)
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        if chunk.stamp != observation.stamp:
+            raise RuntimeError("reply does not belong to the request")
+        if i >= warmup:
+            overhead_ms[i - warmup] = elapsed_ms - chunk.info["server_infer_ms"]
+    return overhead_ms
+
+
+def run_bench(
+    n: int = 2000,
+    warmup: int = 200,
+    curve: bool = False,
+    fleet: bool = True,
+    robots: tuple[int, ...] = (1, 4, 8),
+    seconds: float = 10.0,
+) -> dict:
+    overhead = {"zmq": _overhead("zmq", n, warmup)}
+    if curve:
+        overhead["zmq_curve"] = _overhead("zmq", n, warmup, curve=True)
+    overhead["openpi"] = _overhead("openpi", n, warmup)
+    result = {"overhead_ms": overhead}
+    ray_installed = importlib.util.find_spec("ray") is not None
+    if fleet and ray_installed:
+        figures = ray_transport.fleet_figures(min(n, 500), robots, seconds)
+        overhead["ray"] = figures["overhead_ms"]
+        result["throughput_rps"] = figures["throughput_rps"]
+    met = {
+        f"{path}_overhead_p99_le_{target:g}ms": overhead[path]["p99"] <= target
+        for path, target in TARGETS_MS.items()
+        if path in overhead
+    }
+    at8 = result.get("throughput_rps", {}).get("8")
+    if at8:
+        gain = at8["batched"] / max(at8["unbatched"], 1e-9)
+        result["batching_gain_at_8"] = round(gain, 2)
+        met[f"batching_ge_{BATCHING_TARGET:g}x_at_8"] = gain >= BATCHING_TARGET
+    result["met"] = met
+    payload = sum(c.height * c.width * 3 for c in BENCH_SPEC.cameras) + BENCH_SPEC.state_dim * 4
+    result["settings"] = {
+        "n": n,
+        "warmup": warmup,
+        "endpoint": "loopback",
+        "ray": "measured" if "ray" in overhead else (
+            "skipped" if ray_installed else "not installed (pip install 'vla_runtime[fleet]')"
+        ),
+        "cameras": [[c.name, c.height, c.width, 3] for c in BENCH_SPEC.cameras],
+        "state_dim": BENCH_SPEC.state_dim,
+        "reply_actions": [BENCH_SPEC.chunk_len, BENCH_SPEC.action_dim],
+        "request_payload_bytes": payload,
+        "protocol_version": wire.PROTOCOL_VERSION,
+        "libzmq": zmq.zmq_version(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "excluded": "server-side policy.infer time (measured per request)",
+    }  # fmt: skip
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vla-runtime bench transport")
     parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--curve", action="store_true", help="encrypt with CURVE")
+    parser.add_argument("--curve", action="store_true", help="also zmq encrypted with CURVE")
+    parser.add_argument("--no-fleet", action="store_true", help="skip Ray Serve")
     parser.add_argument("--json", action="store_true", help="(output is always one JSON object)")
     args = parser.parse_args(argv)
-    print(json.dumps(run_bench(n=args.n, curve=args.curve)))
+    print(json.dumps(run_bench(n=args.n, curve=args.curve, fleet=not args.no_fleet)))
     return 0
 
 
