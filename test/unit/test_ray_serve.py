@@ -1,4 +1,4 @@
-"""Fleet serving on a local Ray cluster: 2 replicas behind the HTTP ingress, RayClient robots."""
+"""Fleet serving on a local Ray cluster: 2 replicas behind Ray's HTTP proxy, RayClient robots."""
 
 import copy
 import http.client
@@ -143,11 +143,12 @@ def test_wrong_or_missing_token_is_refused(url):
         RayClient(url, "robot0", None, timeout_s=10.0)
 
 
-def test_token_decides_the_robot(url):
-    # robot9's token claiming to be robot0: served as robot9, whatever the body says.
-    remote = RayClient(url, "robot0", token("robot9"), timeout_s=30.0)
-    remote.infer(observation(remote.spec, 0))
-    assert remote.pinned_spec_hash
+def test_a_robot_cannot_claim_another_robots_session(url):
+    # robot9's token routed as robot0 (the proxy's session header) is refused.
+    with pytest.raises(RemoteError, match="must name the robot"):
+        RayClient(url, "robot0", token("robot9"), timeout_s=30.0)
+    remote = RayClient(url, "robot9", token("robot9"), timeout_s=30.0)
+    assert remote.infer(observation(remote.spec, 0)).actions.shape[0] == remote.spec.chunk_len
 
 
 class TamperedClient(RayClient):

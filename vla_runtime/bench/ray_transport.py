@@ -1,4 +1,4 @@
-"""Ray Serve fleet serving figures (extra `vla_runtime[fleet]`): HTTP-ingress overhead and
+"""Ray Serve fleet serving figures (extra `vla_runtime[fleet]`): HTTP overhead and
 multi-robot throughput, batched (`@serve.batch`) against unbatched.
 
 Each function deploys on the running Ray cluster (or starts a local one), measures, and shuts
@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, bench_observation
+from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.remote import ray_serve
 from vla_runtime.engine.remote.ray_client import RayClient
@@ -23,7 +24,7 @@ REPLICAS = 2
 
 
 def overhead(n: int = 500, warmup: int = 50) -> dict:
-    """Round trip minus the server's infer time (ms) through the HTTP ingress and the replica
+    """Round trip minus the server's infer time (ms) through Ray's HTTP proxy and the replica
     hop, for `EchoPolicy` (one replica, unbatched: no batch wait in the figure)."""
     with _deployed(policy_factory=EchoPolicy, replicas=1, max_batch_size=1, replica_cpus=0) as url:
         client = RayClient(url, "bench", timeout_s=30.0)
@@ -49,13 +50,15 @@ def throughput(
     seconds: float = 10,
     checkpoint: str | None = None,
     preset: str = "tiny",
+    replicas: int = REPLICAS,
 ) -> float:
-    """Full-compute requests/s of `robots` concurrent robots against the torch policy on
-    REPLICAS replicas of one torch thread each; batched: up to 8 requests per forward."""
+    """Full-compute requests/s of `robots` concurrent robots against the torch policy (default:
+    the shipped checkpoint) on `replicas` replicas of one torch thread each; batched: up to 8
+    requests per forward."""
     with _deployed(
-        checkpoint=checkpoint,
+        checkpoint=checkpoint or str(shipped_checkpoint()),
         preset=preset,
-        replicas=REPLICAS,
+        replicas=replicas,
         threads=1,
         max_batch_size=8 if batched else 1,
         batch_wait_timeout_s=0.005,

@@ -7,8 +7,8 @@ websocket protocol, `OpenpiServer` + the `openpi` back end) and `ray` (Ray Serve
 and a replica, where the `fleet` extra is installed). Servers run `EchoPolicy` in a process of
 their own (no GIL shared with the client), through exactly the framing, sockets and session
 logic of a real policy. `throughput_rps.<robots>`: full-compute requests per second of 1, 4 and
-8 concurrent robots against the tiny torch policy on 2 Ray Serve replicas, with `@serve.batch`
-(batched) and without (unbatched).
+8 concurrent robots against the shipped policy (torch, 1 thread per replica) on 2 Ray Serve
+replicas, with `@serve.batch` (batched) and without (unbatched).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from vla_runtime.engine.remote.protocol import (
     mode_to_wire,
     spec_hash,
 )
+from vla_runtime.engine.remote.ray_serve import SESSION_HEADER
 
 DEFAULT_URL = "http://127.0.0.1:8000/"
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
@@ -76,6 +77,7 @@ class RayClient:
                 cafile=verify if isinstance(verify, str) else None
             )
         self._headers = {"Content-Type": "application/msgpack", "Connection": "keep-alive"}
+        self._headers[SESSION_HEADER] = self.robot  # Ray's proxy routes the robot by it
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._conn: http.client.HTTPConnection | None = None
@@ -251,6 +253,8 @@ class RayClient:
                     raise RemoteError(f"reply from {self.url} over {wire.MAX_MESSAGE_BYTES} bytes")
                 raw = response.read(wire.MAX_MESSAGE_BYTES + 1)
                 if response.getheader("Content-Type", "") != "application/msgpack":
+                    if response.status == 503:  # Ray's proxy: the replica's queue is full
+                        raise RemoteOverloaded(f"{self.url} is overloaded (HTTP 503)")
                     raise RemoteError(
                         f"{self.url} answered HTTP {response.status} without a policy reply"
                     )

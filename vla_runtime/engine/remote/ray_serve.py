@@ -1,14 +1,15 @@
 """Fleet serving on Ray Serve (`vla-runtime serve --engine ray`, extra `vla_runtime[fleet]`).
 
-Two deployments: `PolicyIngress` (HTTP, `packed` bodies, bearer-token authentication) forwards
-each request to `PolicyReplica` (N replicas, each with its own copy of the policy). The ingress
-routes by robot with Ray Serve's consistent-hash request router (session id = the robot, no
-fallback replica), so a robot's per-robot session (KV caches, previous chunk, RNG) lives on one
-replica. Full-compute requests without a plan are gathered with `@serve.batch` across robots
-and run as one batched forward (`infer_batch`); every other mode runs on the robot's session.
+One deployment, `PolicyReplica` (N replicas, each with its own copy of the policy), behind
+Ray's HTTP proxy; each replica checks size, bearer token and robot itself (`HttpFront`). The
+proxy routes by robot with Ray Serve's consistent-hash request router (session id = the robot,
+from the `x-session-id` header; no fallback replica), so a robot's per-robot session (KV caches,
+previous chunk, RNG) lives on one replica. Full-compute requests without a plan are gathered
+with `@serve.batch` across robots and run as one batched forward (`infer_batch`); every other
+mode runs on the robot's session.
 
 Replies carry the ZeroMQ server's fields (`protocol.ok_reply` / `error_reply`) plus `replica`.
-Ray's HTTP ingress has no authentication of its own: off loopback, TLS and an API-key file
+Ray's HTTP proxy has no authentication of its own: off loopback, TLS and an API-key file
 (bearer tokens, `keys.load_api_keys`) are both required. `ray` is imported inside functions
 only: `import vla_runtime` never needs it.
 """
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 NOT_INSTALLED = "Ray Serve is not installed: pip install 'vla_runtime[fleet]'"
 APP_NAME = "vla_policy"
 ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
+# The header Ray's proxy takes the session id from, the consistent-hash router's key (Ray's
+# default; RAY_SERVE_SESSION_ID_HEADER_KEY changes it cluster-wide).
+SESSION_HEADER = os.environ.get("RAY_SERVE_SESSION_ID_HEADER_KEY", "x-session-id").lower()
 TOKENS_RELOAD_S = 1.0
 HTTP_STATUS = {"unauthorized": 401, "too_large": 413, "bad_request": 400, "overloaded": 503}
 
@@ -275,8 +279,11 @@ class PolicyReplica:
         limits: ServerLimits = ServerLimits(),
         max_batch_size: int = 8,
         batch_wait_timeout_s: float = 0.005,
+        tokens_file: str | None = None,
+        auth: bool = False,
     ):
         self.threads = limit_threads(threads)
+        self._front = HttpFront(tokens_file, auth)
         self.policy = factory()
         self.limits, self._seed = limits, seed
         self._spec_dict = self.policy.spec.to_dict()
@@ -292,8 +299,27 @@ class PolicyReplica:
                 max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s
             )(self._full_batch)
 
+    async def __call__(self, http_request):
+        """The HTTP entry (Ray's proxy -> this replica): a `packed` reply, 200 or the error's
+        status."""
+        started = time.perf_counter()
+        read = await self._front.read(
+            http_request.method, http_request.headers, http_request.stream()
+        )
+        if isinstance(read, dict):
+            reply = read
+        else:
+            decode_ms = (time.perf_counter() - started) * 1e3
+            reply = await self.serve_request(*read)
+            if reply.get("ok") and isinstance(reply.get("timing_ms"), dict):
+                reply["timing_ms"] = {"decode": decode_ms, **reply["timing_ms"]}
+        status = 200 if reply.get("ok") else HTTP_STATUS.get(reply.get("kind"), 200)
+        from starlette.responses import Response  # comes with ray[serve]
+
+        return Response(packed.pack(reply), status_code=status, media_type="application/msgpack")
+
     async def serve_request(self, robot: str, request: dict) -> dict:
-        """One request of `robot` (authenticated by the ingress) -> its reply."""
+        """One request of `robot` (authenticated by the front) -> its reply."""
         arrived = time.perf_counter()
         try:
             reply = await self._handle(robot, request, arrived)
@@ -368,9 +394,10 @@ class PolicyReplica:
         """`@serve.batch` target: [(session, observation)] -> [(chunk | error, start, ms)]."""
         async with self._compute:
             started = time.perf_counter()
-            results = await asyncio.to_thread(
-                infer_batch, self.policy, [o for _, o in items], [s.policy for s, _ in items]
-            )
+            # On the event loop, not in a thread: a forward in a thread starves the loop (GIL)
+            # and requests trickle in one by one (batches of 1 measured); blocking it lets the
+            # next batch queue up in full while this one runs.
+            results = infer_batch(self.policy, [o for _, o in items], [s.policy for s, _ in items])
             infer_ms = (time.perf_counter() - started) * 1e3
         self.counters["batches"] += 1
         self.counters["batched"] += len(items)
@@ -427,32 +454,20 @@ def _infer_one(policy, observation, mode=FULL_COMPUTE, plan=None):
         return exc
 
 
-# -- the HTTP ingress --------------------------------------------------------------------------
+# -- the HTTP front ----------------------------------------------------------------------------
 
 
-class PolicyIngress:
-    """HTTP front: size and token checked before the body is read, `packed` bodies, the
-    robot's requests sent to its replica (session id = robot; consistent-hash router)."""
+class HttpFront:
+    """What Ray's HTTP proxy does not do: size and token checked before the body is read,
+    `packed` bodies, and the robot's identity. The proxy routes by the `x-session-id` header
+    (the consistent-hash router's key), so the header must name the request's robot: a robot
+    can neither reach another's session nor land on a replica that does not hold its own."""
 
-    MAX_HANDLES = 1024
-
-    def __init__(self, policy, tokens_file: str | None = None, auth: bool = False):
-        self._policy = policy
+    def __init__(self, tokens_file: str | None = None, auth: bool = False):
         self._tokens = TokenStore(tokens_file) if auth else None
-        self._handles: OrderedDict[str, Any] = OrderedDict()
-        self._errors = itertools.count(1)
 
-    async def __call__(self, request):
-        try:
-            from starlette.responses import Response
-        except ImportError:  # starlette comes with ray[serve]
-            raise ImportError(NOT_INSTALLED) from None
-
-        reply = await self.answer(request.method, request.headers, request.stream())
-        status = 200 if reply.get("ok") else HTTP_STATUS.get(reply.get("kind"), 200)
-        return Response(packed.pack(reply), status_code=status, media_type="application/msgpack")
-
-    async def answer(self, method: str, headers, body_chunks) -> dict:
+    async def read(self, method: str, headers, body_chunks) -> tuple[str, dict] | dict:
+        """(robot, request), or the error reply to send instead."""
         if method != "POST":
             return error_reply(None, "bad_request", "POST a packed request")
         length = headers.get("content-length")
@@ -468,48 +483,23 @@ class PolicyIngress:
             body += part
             if len(body) > wire.MAX_MESSAGE_BYTES:
                 return error_reply(None, "too_large", f"body over {wire.MAX_MESSAGE_BYTES} bytes")
-        started = time.perf_counter()
         try:
             request = packed.unpack(bytes(body))
             if not isinstance(request, dict):
                 raise wire.WireError("request must be a map")
         except wire.WireError as exc:
             return error_reply(None, "bad_request", str(exc))
-        decode_ms = (time.perf_counter() - started) * 1e3
         if robot is None:  # loopback without tokens: the robot names itself
             robot = request.get("robot")
             if not (isinstance(robot, str) and ROBOT_NAME.fullmatch(robot)):
                 return error_reply(
                     request.get("id"), "bad_request", "robot: 1-64 letters, digits, '_', '.' or '-'"
                 )
-        reply = await self._forward(robot, request)
-        if reply.get("ok") and isinstance(reply.get("timing_ms"), dict):
-            reply["timing_ms"] = {"decode": decode_ms, **reply["timing_ms"]}
-        return reply
-
-    async def _forward(self, robot: str, request: dict) -> dict:
-        from ray.serve.exceptions import BackPressureError
-
-        try:
-            return await self._handle_for(robot).remote(robot, request)
-        except BackPressureError:
-            return error_reply(request.get("id"), "overloaded", "replica queue full; try again")
-        except Exception:
-            ref = next(self._errors)
-            log.exception("internal error #%d forwarding a request of %s", ref, robot)
+        if headers.get(SESSION_HEADER) != robot:
             return error_reply(
-                request.get("id"), "internal", f"internal server error (ingress log #{ref})"
+                request.get("id"), "bad_request", f"header {SESSION_HEADER} must name the robot"
             )
-
-    def _handle_for(self, robot: str):
-        handle = self._handles.get(robot)
-        if handle is None:
-            handle = self._policy.options(method_name="serve_request", session_id=robot)
-            self._handles[robot] = handle
-            while len(self._handles) > self.MAX_HANDLES:
-                self._handles.popitem(last=False)
-        self._handles.move_to_end(robot)
-        return handle
+        return robot, request
 
 
 # -- deployment and entry point ----------------------------------------------------------------
@@ -557,12 +547,13 @@ def deploy(
             ssl_certfile=str(Path(tls_cert).resolve()), ssl_keyfile=str(Path(tls_key).resolve())
         )
     serve.start(http_options=http)
+    tokens = str(Path(tokens_file).resolve()) if tokens_file else None
     replica = serve.deployment(
         PolicyReplica,
         name="PolicyReplica",
         num_replicas=replicas,
-        # Every robot may have a request in flight; beyond `max_queue` waiting at the ingress
-        # the ingress answers `overloaded` (BackPressureError).
+        # Every robot may have a request in flight; beyond `max_queue` more waiting at the
+        # proxy, it answers 503 (the client raises RemoteOverloaded).
         max_ongoing_requests=max(limits.max_sessions, max_batch_size),
         max_queued_requests=limits.max_queue,
         ray_actor_options={"num_cpus": threads if replica_cpus is None else replica_cpus},
@@ -572,19 +563,10 @@ def deploy(
             request_router_kwargs={"num_fallback_replicas": 0},
         ),
     )
-    ingress = serve.deployment(
-        PolicyIngress,
-        name="PolicyIngress",
-        num_replicas=1,
-        max_ongoing_requests=4 * max(limits.max_sessions, 1),
-        ray_actor_options={"num_cpus": 0},
-    )
-    tokens = str(Path(tokens_file).resolve()) if tokens_file else None
-    app = ingress.bind(
-        replica.bind(factory, seed, threads, limits, max_batch_size, batch_wait_timeout_s),
-        tokens,
+    app = replica.bind(
+        factory, seed, threads, limits, max_batch_size, batch_wait_timeout_s, tokens,
         tokens is not None,
-    )
+    )  # fmt: skip
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     scheme = "https" if tls_cert else "http"
     return f"{scheme}://{host}:{port}/"
