@@ -137,7 +137,7 @@ def test_a_reconnecting_robot_keeps_one_session():
         obs = make_observation(client.spec)
         for _ in range(5):
             client.infer(obs)
-            client._drop_socket()  # as after a timeout: a new socket, a new identity
+            client._drop_transport()  # as after a timeout: a new socket, a new identity
         client.close()
         assert server.client_count == 1
         assert list(server._sessions) == ["arm1"]

@@ -1,4 +1,5 @@
-"""`RemoteClient`: a DEALER socket implementing the `Policy` protocol against a `PolicyServer`."""
+"""`RemoteClient`: a DEALER socket implementing the `Policy` protocol against a `PolicyServer`;
+its session logic and reply checks (`SessionClient`) are shared with the Ray Serve client."""
 
 from __future__ import annotations
 
@@ -27,53 +28,40 @@ from vla_runtime.engine.remote.protocol import (
 )
 
 
-class RemoteClient:
-    """A `Policy` whose infer() runs on a `PolicyServer`.
-
-    Every request waits at most `timeout_s`; on a timeout the DEALER socket is closed and the
-    next call opens a new one (and says hello again as the same `robot`, so the server gives
-    it its session back), so a restarted server is picked up without recreating the client.
+class SessionClient:
+    """A `Policy` whose infer() runs on a server of our protocol (hello, then infer in a
+    session); subclasses carry the messages (`_request`, `_drop_transport`).
 
     Trust on first use: `spec` comes from the first handshake and its hash is pinned (or given
     as `expected_spec_hash`); a later handshake with another policy is refused, so a process
     that takes the port over cannot become the policy. Pass `expected_spec` to have the server
     refuse a different policy outright. Every reply is checked before it becomes a chunk: its
     request id, the chunk's shape and dtype against the spec, finite actions, the observation's
-    stamp. With CURVE the server's key is pinned by the key bundle itself."""
+    stamp."""
 
     def __init__(
         self,
-        endpoint: str = DEFAULT_ENDPOINT,
-        server_public_key: bytes | str | None = None,
-        client_keys: tuple[bytes, bytes] | None = None,
-        timeout_s: float = 2.0,
-        expected_spec: PolicySpec | None = None,
-        connect: bool = True,
-        robot: str | None = None,
-        expected_spec_hash: str | None = None,
+        endpoint: str,
+        robot: str | None,
+        timeout_s: float,
+        expected_spec: PolicySpec | None,
+        expected_spec_hash: str | None,
     ):
         self.endpoint = endpoint
         self.timeout_s = float(timeout_s)
-        self._server_key = (
-            server_public_key.encode() if isinstance(server_public_key, str) else server_public_key
-        )
-        if self._server_key is not None and client_keys is None:
-            client_keys = zmq.curve_keypair()  # the server may allow any client key
-        self._client_keys = client_keys
         self.expected_spec = expected_spec
         self.robot = robot or f"client-{uuid.uuid4().hex[:12]}"
         self.pinned_spec_hash = expected_spec_hash
-        self._ctx = zmq.Context.instance()
-        self._socket: zmq.Socket | None = None
         self._session_open = False
         self._sent_instruction: str | None = None
         self._spec: PolicySpec | None = None
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.last_round_trip_ms = float("nan")
-        if connect:
-            with self._lock:
-                self._hello()
+
+    def _connect_now(self) -> None:
+        with self._lock:
+            self._hello()
 
     @property
     def spec(self) -> PolicySpec:
@@ -112,9 +100,9 @@ class RemoteClient:
 
     def close(self) -> None:
         with self._lock:
-            self._drop_socket()
+            self._drop_transport()
 
-    def __enter__(self) -> RemoteClient:
+    def __enter__(self) -> SessionClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -185,13 +173,52 @@ class RemoteClient:
         if self.pinned_spec_hash is None:
             self.pinned_spec_hash = served
         elif served != self.pinned_spec_hash:
-            self._drop_socket()
+            self._drop_transport()
             raise RemoteRejected(
                 f"{self.endpoint} now serves policy {served}, not the pinned "
                 f"{self.pinned_spec_hash}: refusing it"
             )
         self._spec = spec
         self._session_open = True
+
+    def _request(self, body: dict) -> dict:
+        """Send `body` (with protocol version and a fresh request id), return our reply."""
+        raise NotImplementedError
+
+    def _drop_transport(self) -> None:
+        raise NotImplementedError
+
+
+class RemoteClient(SessionClient):
+    """A `Policy` whose infer() runs on a `PolicyServer` (ZeroMQ DEALER socket).
+
+    Every request waits at most `timeout_s`; on a timeout the socket is closed and the next
+    call opens a new one (and says hello again as the same `robot`, so the server gives it its
+    session back), so a restarted server is picked up without recreating the client. With
+    CURVE the server's key is pinned by the key bundle itself."""
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        server_public_key: bytes | str | None = None,
+        client_keys: tuple[bytes, bytes] | None = None,
+        timeout_s: float = 2.0,
+        expected_spec: PolicySpec | None = None,
+        connect: bool = True,
+        robot: str | None = None,
+        expected_spec_hash: str | None = None,
+    ):
+        super().__init__(endpoint, robot, timeout_s, expected_spec, expected_spec_hash)
+        self._server_key = (
+            server_public_key.encode() if isinstance(server_public_key, str) else server_public_key
+        )
+        if self._server_key is not None and client_keys is None:
+            client_keys = zmq.curve_keypair()  # the server may allow any client key
+        self._client_keys = client_keys
+        self._ctx = zmq.Context.instance()
+        self._socket: zmq.Socket | None = None
+        if connect:
+            self._connect_now()
 
     def _request(self, body: dict) -> dict:
         socket = self._ensure_socket()
@@ -201,13 +228,13 @@ class RemoteClient:
         try:
             socket.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
         except zmq.Again:
-            self._drop_socket()
+            self._drop_transport()
             raise RemoteUnavailable(f"cannot send to {self.endpoint}: queue full") from None
         deadline = started + self.timeout_s
         while True:
             remaining_ms = int((deadline - time.perf_counter()) * 1e3)
             if remaining_ms <= 0 or not socket.poll(remaining_ms, zmq.POLLIN):
-                self._drop_socket()
+                self._drop_transport()
                 raise RemoteUnavailable(
                     f"no reply from {self.endpoint} within {self.timeout_s:g} s (server down, "
                     "overloaded, or CURVE keys not accepted); reconnecting on the next call"
@@ -217,7 +244,7 @@ class RemoteClient:
             except wire.WireError as exc:
                 raise RemoteError(f"malformed reply from {self.endpoint}: {exc}") from exc
             if reply.get("v") != wire.PROTOCOL_VERSION:
-                self._drop_socket()
+                self._drop_transport()
                 raise RemoteRejected(
                     f"protocol version mismatch: server speaks v{reply.get('v')}, client "
                     f"speaks v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends"
@@ -240,7 +267,7 @@ class RemoteClient:
             self._session_open = False
         return self._socket
 
-    def _drop_socket(self) -> None:
+    def _drop_transport(self) -> None:
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
