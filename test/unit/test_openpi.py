@@ -27,7 +27,7 @@ from vla_runtime.engine.remote import packed, serve_cli
 from vla_runtime.engine.remote.openpi_policy import OpenpiPolicy
 from vla_runtime.engine.remote.openpi_server import OpenpiServer
 from vla_runtime.engine.remote.protocol import RemoteError, RemoteRejected, RemoteUnavailable
-from vla_runtime.engine.remote.server import ServerLimits, session_policy
+from vla_runtime.engine.remote.sessions import ServerLimits, session_policy
 
 KEY_A, KEY_B = "arm1-0123456789abcdef", "arm2-0123456789abcdef"
 

@@ -18,7 +18,7 @@ from vla_runtime.engine.remote.ray_serve import (
     TokenStore,
     infer_batch,
 )
-from vla_runtime.engine.remote.server import ServerLimits
+from vla_runtime.engine.remote.sessions import ServerLimits
 from vla_runtime.engine.torch_backend import TorchPolicy
 
 limit_threads(1)

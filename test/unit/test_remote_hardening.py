@@ -21,6 +21,7 @@ from vla_runtime.engine.policy import ActionChunk
 from vla_runtime.engine.remote import client as remote_client
 from vla_runtime.engine.remote import protocol, wire
 from vla_runtime.engine.remote import server as remote_server
+from vla_runtime.engine.remote.sessions import ServerLimits
 
 REPO = Path(__file__).resolve().parents[2]
 RSS_SLACK_MIB = 50
@@ -145,7 +146,7 @@ def test_a_reconnecting_robot_keeps_one_session():
 
 def test_a_full_queue_answers_overloaded_at_once():
     policy = load_tiny_policy()
-    limits = remote_server.ServerLimits(max_queue=1)
+    limits = ServerLimits(max_queue=1)
     with remote_server.PolicyServer(SlowPolicy(policy, 0.5), "tcp://127.0.0.1:*",
                                     limits=limits) as server:  # fmt: skip
         server.start()

@@ -18,7 +18,6 @@ import logging
 import ssl
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from vla_runtime.engine.remote import openpi_protocol as op
 from vla_runtime.engine.remote import packed, wire
 from vla_runtime.engine.remote.keys import is_loopback_host
 from vla_runtime.engine.remote.protocol import mode_from_wire, mode_to_wire, spec_hash
-from vla_runtime.engine.remote.server import ServerLimits, session_policy
+from vla_runtime.engine.remote.sessions import ServerLimits, SessionTable
 
 log = logging.getLogger(__name__)
 # websockets logs every connection at INFO; this server logs its own sessions
@@ -81,7 +80,7 @@ class OpenpiServer:
             },
         }
         self._cameras = [(op.image_key(c.name), c) for c in spec.cameras]
-        self._sessions: OrderedDict[str, Any] = OrderedDict()  # robot/connection -> policy
+        self._sessions = SessionTable(policy, seed, limits)  # robot or connection
         self._connected = 0
         self._waiting = 0
         self._state_lock = threading.Lock()
@@ -188,20 +187,12 @@ class OpenpiServer:
             with self._state_lock:
                 self._connected -= 1
                 if robot is None:
-                    self._sessions.pop(name, None)
+                    self._sessions.drop(name)
             log.info("%s disconnected", name)
 
     def _open_session(self, name: str):
         with self._state_lock:
-            policy = self._sessions.pop(name, None)
-            if policy is None:
-                while len(self._sessions) >= self.limits.max_sessions:
-                    self._sessions.popitem(last=False)
-                policy = session_policy(self.policy, self._seed)
-            elif callable(getattr(policy, "reset", None)):
-                policy.reset()  # a robot back after a reconnect: caches start afresh
-            self._sessions[name] = policy
-            return policy
+            return self._sessions.open(name)[0].policy
 
     # -- requests --------------------------------------------------------------------------
 

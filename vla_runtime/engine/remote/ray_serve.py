@@ -24,8 +24,6 @@ import logging
 import os
 import sys
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +46,8 @@ from vla_runtime.engine.remote.protocol import (
     ok_reply,
     parse_infer,
     spec_hash,
-    spec_mismatch,
 )
-from vla_runtime.engine.remote.server import ServerLimits, session_policy
+from vla_runtime.engine.remote.sessions import ServerLimits, SessionTable, spec_refusal
 from vla_runtime.engine.torch_backend import TorchPolicy
 
 log = logging.getLogger(__name__)
@@ -248,15 +245,6 @@ class TokenStore:
 # -- the policy replica ------------------------------------------------------------------------
 
 
-@dataclass
-class _Session:
-    robot: str
-    policy: Any
-    instruction: str = ""
-    last_seen: float = field(default_factory=time.monotonic)
-    requests: int = 0
-
-
 def _replica_id() -> str:
     serve = sys.modules.get("ray.serve")  # a replica has it loaded; elsewhere do not load it
     try:
@@ -288,11 +276,11 @@ class PolicyReplica:
         self.limits, self._seed = limits, seed
         self._spec_dict = self.policy.spec.to_dict()
         self.spec_hash = spec_hash(self._spec_dict)
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._sessions = SessionTable(self.policy, seed, limits)
         self._errors = itertools.count(1)
         self._compute = asyncio.Lock()
         self.replica_id = _replica_id()
-        self.counters = {"served": 0, "batches": 0, "batched": 0, "evicted": 0}
+        self.counters = {"served": 0, "batches": 0, "batched": 0}
         self._batch = None
         if max_batch_size > 1:
             self._batch = import_serve().batch(
@@ -335,7 +323,8 @@ class PolicyReplica:
         return reply
 
     def stats(self) -> dict:
-        return {**self.counters, "sessions": len(self._sessions), "replica": self.replica_id}
+        return {**self.counters, "sessions": len(self._sessions),
+                "evicted": self._sessions.evicted, "replica": self.replica_id}  # fmt: skip
 
     async def _handle(self, robot: str, request: dict, arrived: float) -> dict:
         request_id = request.get("id")
@@ -347,18 +336,15 @@ class PolicyReplica:
                 f"protocol version mismatch: client speaks v{str(version)[:10]}, server speaks "
                 f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
             )
-        self._expire_sessions()
+        self._sessions.expire()
         op = request.get("op")
         if op == "hello":
             return self._hello(robot, request)
         if op != "infer":
             return error_reply(request_id, "bad_request", f"unknown op {str(op)[:40]!r}")
-        session = self._sessions.get(robot)
+        session = self._sessions.touch(robot)
         if session is None:
             return error_reply(request_id, "handshake_required", "unknown session: say hello")
-        session.last_seen = time.monotonic()
-        session.requests += 1
-        self._sessions.move_to_end(robot)
         try:
             observation, mode, plan = parse_infer(request, session.instruction)
             if plan is not None and plan.size == 0:
@@ -404,46 +390,12 @@ class PolicyReplica:
         return [(result, started, infer_ms) for result in results]
 
     def _hello(self, robot: str, request: dict) -> dict:
-        request_id = request.get("id")
-        expected = request.get("expected_spec")
-        if expected is not None:
-            mismatch = spec_mismatch(expected, self._spec_dict)
-            if mismatch:
-                return error_reply(
-                    request_id,
-                    "spec",
-                    f"policy spec mismatch (client expects vs server serves): {mismatch}",
-                )
-        session = self._sessions.get(robot)
-        if session is None:
-            while len(self._sessions) >= self.limits.max_sessions:
-                oldest = next(iter(self._sessions))
-                self._sessions.pop(oldest)
-                self.counters["evicted"] += 1
-                log.info("session of %s evicted (limit %d)", oldest, self.limits.max_sessions)
-            session = _Session(robot, session_policy(self.policy, self._seed))
-            self._sessions[robot] = session
-            log.info("robot %s connected (%d sessions)", robot, len(self._sessions))
-        else:  # the same robot again (reconnected): its caches start afresh
-            session.instruction = ""
-            if callable(getattr(session.policy, "reset", None)):
-                session.policy.reset()
-        session.last_seen = time.monotonic()
-        self._sessions.move_to_end(robot)
-        return ok_reply(
-            request_id,
-            spec=self._spec_dict,
-            spec_hash=self.spec_hash,
-            robot=robot,
-            threads=self.threads,
-        )
-
-    def _expire_sessions(self) -> None:
-        now = time.monotonic()
-        for robot in [
-            r for r, s in self._sessions.items() if now - s.last_seen > self.limits.session_idle_s
-        ]:
-            self._sessions.pop(robot)
+        refusal = spec_refusal(request, self._spec_dict)
+        if refusal is not None:
+            return refusal
+        self._sessions.open(robot)
+        return ok_reply(request.get("id"), spec=self._spec_dict, spec_hash=self.spec_hash,
+                        robot=robot, threads=self.threads)  # fmt: skip
 
 
 def _infer_one(policy, observation, mode=FULL_COMPUTE, plan=None):

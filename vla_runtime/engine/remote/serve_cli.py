@@ -28,7 +28,8 @@ from vla_runtime.engine.remote.keys import (
 )
 from vla_runtime.engine.remote.openpi_server import OpenpiServer
 from vla_runtime.engine.remote.protocol import DEFAULT_BIND
-from vla_runtime.engine.remote.server import PolicyServer, ServerLimits
+from vla_runtime.engine.remote.server import PolicyServer
+from vla_runtime.engine.remote.sessions import ServerLimits
 from vla_runtime.engine.remote.wire import first_line
 
 log = logging.getLogger("vla_runtime.serve")

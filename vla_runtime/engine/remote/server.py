@@ -13,15 +13,13 @@ from the server: an internal error is answered with a reference to the server's 
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import zmq
@@ -43,30 +41,18 @@ from vla_runtime.engine.remote.protocol import (
     ok_reply,
     parse_infer,
     spec_hash,
-    spec_mismatch,
+)
+from vla_runtime.engine.remote.sessions import (
+    ServerLimits,
+    Session,
+    SessionTable,
+    spec_refusal,
 )
 
 log = logging.getLogger(__name__)
 
 ALLOW_LIST_RELOAD_S = 1.0
 PEER_QUEUE_DEPTH = 4  # messages libzmq buffers per connected peer (RCVHWM)
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    max_sessions: int = 32
-    session_idle_s: float = 120.0
-    max_queue: int = 8  # requests waiting for the policy
-
-
-@dataclass
-class _Session:
-    robot: str
-    identity: bytes  # the socket it speaks through now
-    policy: Any
-    instruction: str = ""
-    last_seen: float = field(default_factory=time.monotonic)
-    requests: int = 0
 
 
 @dataclass
@@ -110,11 +96,11 @@ class PolicyServer:
         self._seed = seed
         self._spec_dict = policy.spec.to_dict()
         self.spec_hash = spec_hash(self._spec_dict)
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()  # robot -> session, LRU
+        self._sessions = SessionTable(policy, seed, limits)
         self._robot_of: dict[bytes, str] = {}  # socket identity -> robot of a live session
         self._queue: deque[_Pending] = deque()
         self._errors = itertools.count(1)
-        self.counters = {"served": 0, "refused": 0, "overloaded": 0, "evicted": 0}
+        self.counters = {"served": 0, "refused": 0, "overloaded": 0}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._ctx = zmq.Context()
@@ -307,12 +293,11 @@ class PolicyServer:
         if op != "infer":
             return error_reply(request_id, "bad_request", f"unknown op {str(op)[:40]!r}")
         robot = self._robot_of.get(identity)
-        session = self._sessions.get(robot) if robot else None
-        if session is None or (pending.robot is not None and pending.robot != robot):
+        if robot is None or (pending.robot is not None and pending.robot != robot):
             return error_reply(request_id, "handshake_required", "unknown session: say hello")
-        session.last_seen = time.monotonic()
-        session.requests += 1
-        self._sessions.move_to_end(robot)
+        session = self._sessions.touch(robot)
+        if session is None:
+            return error_reply(request_id, "handshake_required", "unknown session: say hello")
         reply = self._infer(session, request)
         if reply["ok"]:
             reply["timing_ms"] = {
@@ -324,16 +309,9 @@ class PolicyServer:
 
     def _hello(self, pending: _Pending) -> dict:
         request, identity = pending.request, pending.identity
-        request_id = request.get("id")
-        expected = request.get("expected_spec")
-        if expected is not None:
-            mismatch = spec_mismatch(expected, self._spec_dict)
-            if mismatch:
-                return error_reply(
-                    request_id,
-                    "spec",
-                    f"policy spec mismatch (client expects vs server serves): {mismatch}",
-                )
+        refusal = spec_refusal(request, self._spec_dict)
+        if refusal is not None:
+            return refusal
         robot = pending.robot
         if robot is None:  # loopback: the robot names itself, or is its socket
             claimed = request.get("robot")
@@ -341,52 +319,28 @@ class PolicyServer:
                 isinstance(claimed, str) and ROBOT_NAME.fullmatch(claimed)
             ):
                 return error_reply(
-                    request_id, "bad_request", "robot: 1-64 letters, digits, '_', '.' or '-'"
+                    request.get("id"), "bad_request", "robot: 1-64 letters, digits, '_', '.' or '-'"
                 )
             robot = claimed or identity.hex()
-        session = self._sessions.get(robot)
-        if session is None:
-            while len(self._sessions) >= self.limits.max_sessions:
-                oldest = next(iter(self._sessions))
-                self._drop_session(oldest)
-                self.counters["evicted"] += 1
-                log.info("session of %s evicted (limit %d)", oldest, self.limits.max_sessions)
-            session = _Session(robot, identity, self._session_policy())
-            self._sessions[robot] = session
-            log.info("robot %s connected (%d sessions)", robot, len(self._sessions))
-        else:  # the same robot again (reconnected): its session, caches started afresh
-            self._robot_of.pop(session.identity, None)
-            session.identity, session.instruction = identity, ""
-            if callable(getattr(session.policy, "reset", None)):
-                session.policy.reset()
+        session, evicted = self._sessions.open(robot)
+        if evicted is not None:
+            self._robot_of.pop(evicted.identity, None)
+        self._robot_of.pop(session.identity, None)  # the socket it spoke through before
+        session.identity = identity
         self._robot_of[identity] = robot
-        session.last_seen = time.monotonic()
-        self._sessions.move_to_end(robot)
-        return ok_reply(
-            request_id,
-            spec=self._spec_dict,
-            spec_hash=self.spec_hash,
-            robot=robot,
-            threads=self.threads,
-        )
+        return ok_reply(request.get("id"), spec=self._spec_dict, spec_hash=self.spec_hash,
+                        robot=robot, threads=self.threads)  # fmt: skip
 
     def _drop_session(self, robot: str) -> None:
-        session = self._sessions.pop(robot, None)
+        session = self._sessions.drop(robot)
         if session is not None:
             self._robot_of.pop(session.identity, None)
 
     def _expire_sessions(self) -> None:
-        now = time.monotonic()
-        idle = [
-            r for r, s in self._sessions.items() if now - s.last_seen > self.limits.session_idle_s
-        ]
-        for robot in idle:
-            self._drop_session(robot)
+        for session in self._sessions.expire():
+            self._robot_of.pop(session.identity, None)
 
-    def _session_policy(self):
-        return session_policy(self.policy, self._seed)
-
-    def _infer(self, session: _Session, request: dict) -> dict:
+    def _infer(self, session: Session, request: dict) -> dict:
         request_id = request.get("id")
         try:
             observation, mode, plan = parse_infer(request, session.instruction)
@@ -411,15 +365,3 @@ class PolicyServer:
             info=float_map(chunk.info),
             timing_ms={"infer": infer_ms},
         )
-
-
-def session_policy(policy, seed: int):
-    """One robot's policy: a stateful (caching) back end is shallow-copied and reset, so weights
-    and runtime sessions are shared but caches and noise RNG are not; others are shared."""
-    if not callable(getattr(policy, "reset", None)):
-        return policy
-    policy = copy.copy(policy)
-    policy.reset()
-    if callable(getattr(policy, "reseed", None)):
-        policy.reseed(seed)
-    return policy
