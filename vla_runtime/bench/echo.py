@@ -3,6 +3,8 @@ trip is framing, sockets, (de)serialisation and session logic."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
@@ -41,3 +43,27 @@ def bench_observation(spec: PolicySpec = BENCH_SPEC, seed: int = 0) -> Observati
     }
     state = rng.normal(size=spec.state_dim).astype(np.float32)
     return Observation(images, state, "pick up the red cube")
+
+
+def overhead_ms(client, n: int, warmup: int) -> np.ndarray:
+    """`n` round trips of `client` (after `warmup`) minus the server's own infer time, in ms."""
+    observation = bench_observation()
+    overhead = np.empty(n)
+    for i in range(warmup + n):
+        observation.stamp = float(i)
+        started = time.perf_counter()
+        chunk = client.infer(observation)
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        if chunk.stamp != observation.stamp:
+            raise RuntimeError("reply does not belong to the request")
+        if i >= warmup:
+            overhead[i - warmup] = elapsed_ms - chunk.info["server_infer_ms"]
+    return overhead
+
+
+def percentiles(samples: np.ndarray) -> dict:
+    return {
+        "p50": round(float(np.percentile(samples, 50)), 3),
+        "p99": round(float(np.percentile(samples, 99)), 3),
+        "max": round(float(samples.max()), 3),
+    }

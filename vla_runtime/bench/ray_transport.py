@@ -12,9 +12,7 @@ import socket
 import threading
 import time
 
-import numpy as np
-
-from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, bench_observation
+from vla_runtime.bench.echo import EchoPolicy, bench_observation, overhead_ms, percentiles
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.remote import ray_serve
@@ -27,21 +25,8 @@ def overhead(n: int = 500, warmup: int = 50) -> dict:
     """Round trip minus the server's infer time (ms) through Ray's HTTP proxy and the replica
     hop, for `EchoPolicy` (one replica, unbatched: no batch wait in the figure)."""
     with _deployed(policy_factory=EchoPolicy, replicas=1, max_batch_size=1, replica_cpus=0) as url:
-        client = RayClient(url, "bench", timeout_s=30.0)
-        observation = bench_observation(BENCH_SPEC, 0)
-        overhead_ms = np.empty(n)
-        for i in range(warmup + n):
-            observation.stamp = float(i)
-            started = time.perf_counter()
-            chunk = client.infer(observation)
-            elapsed_ms = (time.perf_counter() - started) * 1e3
-            if i >= warmup:
-                overhead_ms[i - warmup] = elapsed_ms - chunk.info["server_infer_ms"]
-        client.close()
-    return {
-        "p50": round(float(np.percentile(overhead_ms, 50)), 2),
-        "p99": round(float(np.percentile(overhead_ms, 99)), 2),
-    }
+        with RayClient(url, "bench", timeout_s=30.0) as client:
+            return percentiles(overhead_ms(client, n, warmup))
 
 
 def throughput(

@@ -20,13 +20,11 @@ import multiprocessing as mp
 import platform
 import sys
 import tempfile
-import time
 
-import numpy as np
 import zmq
 
 from vla_runtime.bench import ray_transport
-from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, bench_observation
+from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, overhead_ms, percentiles
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.keys import (
@@ -82,32 +80,13 @@ def _overhead(protocol: str, n: int, warmup: int, curve: bool = False) -> dict:
             else:
                 client = RemoteClient(address, server_public, client_keys, timeout_s=10.0)
             with client:
-                overhead_ms = _round_trips(client, n, warmup)
+                samples = overhead_ms(client, n, warmup)
         finally:
             stop.set()
             server.join(timeout=10)
             if server.is_alive():
                 server.kill()
-    return {
-        "p50": round(float(np.percentile(overhead_ms, 50)), 3),
-        "p99": round(float(np.percentile(overhead_ms, 99)), 3),
-        "max": round(float(overhead_ms.max()), 3),
-    }
-
-
-def _round_trips(client, n: int, warmup: int) -> np.ndarray:
-    observation = bench_observation()
-    overhead_ms = np.empty(n)
-    for i in range(warmup + n):
-        observation.stamp = float(i)
-        started = time.perf_counter()
-        chunk = client.infer(observation)
-        elapsed_ms = (time.perf_counter() - started) * 1e3
-        if chunk.stamp != observation.stamp:
-            raise RuntimeError("reply does not belong to the request")
-        if i >= warmup:
-            overhead_ms[i - warmup] = elapsed_ms - chunk.info["server_infer_ms"]
-    return overhead_ms
+    return percentiles(samples)
 
 
 def run_bench(

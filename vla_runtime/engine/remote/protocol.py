@@ -49,6 +49,16 @@ def error_reply(request_id, kind: str, message: str) -> dict:
     return {"v": wire.PROTOCOL_VERSION, "id": request_id, "ok": False, "kind": kind, "error": line}
 
 
+def version_refusal(request: dict) -> dict:
+    """The reply to a request of another protocol version."""
+    return error_reply(
+        request.get("id"),
+        "version",
+        f"protocol version mismatch: client speaks v{str(request.get('v'))[:10]}, server speaks "
+        f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
+    )
+
+
 def mode_to_wire(mode: ComputeMode) -> dict:
     stable = None if mode.stable_cameras is None else sorted(mode.stable_cameras)
     return {

@@ -46,6 +46,7 @@ from vla_runtime.engine.remote.protocol import (
     ok_reply,
     parse_infer,
     spec_hash,
+    version_refusal,
 )
 from vla_runtime.engine.remote.sessions import ServerLimits, SessionTable, spec_refusal
 from vla_runtime.engine.torch_backend import TorchPolicy
@@ -328,14 +329,8 @@ class PolicyReplica:
 
     async def _handle(self, robot: str, request: dict, arrived: float) -> dict:
         request_id = request.get("id")
-        version = request.get("v")
-        if version != wire.PROTOCOL_VERSION:
-            return error_reply(
-                request_id,
-                "version",
-                f"protocol version mismatch: client speaks v{str(version)[:10]}, server speaks "
-                f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
-            )
+        if request.get("v") != wire.PROTOCOL_VERSION:
+            return version_refusal(request)
         self._sessions.expire()
         op = request.get("op")
         if op == "hello":

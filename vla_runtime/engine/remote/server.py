@@ -41,6 +41,7 @@ from vla_runtime.engine.remote.protocol import (
     ok_reply,
     parse_infer,
     spec_hash,
+    version_refusal,
 )
 from vla_runtime.engine.remote.sessions import (
     ServerLimits,
@@ -278,14 +279,8 @@ class PolicyServer:
         request, identity = pending.request, pending.identity
         queue_ms = (time.perf_counter() - pending.arrived) * 1e3 - pending.decode_ms
         request_id = request.get("id")
-        version = request.get("v")
-        if version != wire.PROTOCOL_VERSION:
-            return error_reply(
-                request_id,
-                "version",
-                f"protocol version mismatch: client speaks v{str(version)[:10]}, server speaks "
-                f"v{wire.PROTOCOL_VERSION}; install the same vla_runtime on both ends",
-            )
+        if request.get("v") != wire.PROTOCOL_VERSION:
+            return version_refusal(request)
         self._expire_sessions()
         op = request.get("op")
         if op == "hello":
