@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import replace
 
 import msgpack
@@ -163,7 +164,8 @@ def test_the_openpi_back_end_drives_another_openpi_server_and_refuses_bad_chunks
 def test_api_keys_tls_and_limits(tiny_policy, tmp_path):
     with pytest.raises(ValueError, match="without TLS and API keys"):
         OpenpiServer(tiny_policy, host="0.0.0.0", port=0)
-    keys = {KEY_A: "arm1", KEY_B: "arm2"}
+    keys = tmp_path / "api_keys"
+    keys.write_text(f"arm1 {KEY_A}\narm2 {KEY_B}\n")
     limits = ServerLimits(max_sessions=2)
     with OpenpiServer(tiny_policy, port=0, api_keys=keys, limits=limits) as srv:
         srv.start()
@@ -179,6 +181,19 @@ def test_api_keys_tls_and_limits(tiny_policy, tmp_path):
         assert first.infer(_openpi_observation(observation))["actions"].shape == (16, 8)
         assert second.infer(observation).actions.shape == (16, 8)
         second.close()
+        first._ws.close()
+        keys.write_text(f"arm1 {KEY_A}\n")  # arm2 revoked: refused from its next connection
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                OpenpiPolicy(srv.url, api_key=KEY_B).close()
+            except RemoteRejected:
+                break
+            except RemoteUnavailable:  # connections closed a moment ago may still count
+                pass
+            assert time.monotonic() < deadline, "a revoked key was still accepted after 10 s"
+        with OpenpiPolicy(srv.url, api_key=KEY_A, timeout_s=10.0) as kept:
+            assert kept.infer(observation).actions.shape == (16, 8)
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
@@ -193,7 +208,9 @@ def test_wss_with_a_pinned_certificate(tiny_policy, tmp_path):
     )  # fmt: skip
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
-    with OpenpiServer(tiny_policy, port=0, tls=tls, api_keys={KEY_A: "arm1"}) as srv:
+    keys = tmp_path / "api_keys"
+    keys.write_text(f"arm1 {KEY_A}\n")
+    with OpenpiServer(tiny_policy, port=0, tls=tls, api_keys=keys) as srv:
         srv.start()
         assert srv.url.startswith("wss://")
         with pytest.raises(RemoteUnavailable, match="CERTIFICATE_VERIFY_FAILED"):

@@ -11,11 +11,10 @@ from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.engine.remote import serve_cli, wire
-from vla_runtime.engine.remote.keys import check_exposure, load_api_keys
+from vla_runtime.engine.remote.keys import ApiKeyStore, check_exposure, load_api_keys
 from vla_runtime.engine.remote.ray_serve import (
     NOT_INSTALLED,
     PolicyReplica,
-    TokenStore,
     infer_batch,
 )
 from vla_runtime.engine.remote.sessions import ServerLimits
@@ -80,10 +79,10 @@ def test_bad_observation_fails_alone(policy):
 
 def test_tokens_file(tmp_path):
     path = tmp_path / "tokens"
-    assert TokenStore(path).robot_for("Bearer " + "a" * 20) is None  # missing: nobody
+    assert ApiKeyStore(path, "Bearer").robot_for("Bearer " + "a" * 20) is None  # missing: nobody
     path.write_text("# fleet\n\nrobot_a aaaaaaaaaaaaaaaaaaaa\nrobot-b bbbbbbbbbbbbbbbbbbbbbb\n")
     assert load_api_keys(path) == {"a" * 20: "robot_a", "b" * 22: "robot-b"}
-    store = TokenStore(path)
+    store = ApiKeyStore(path, "Bearer")
     assert store.robot_for("Bearer " + "a" * 20) == "robot_a"
     assert store.robot_for("bearer " + "b" * 22) == "robot-b"
     for header in (None, "", "Bearer ", "Basic " + "a" * 20, "Bearer " + "c" * 20):
@@ -96,7 +95,9 @@ def test_tokens_file(tmp_path):
     path.write_text(f"r1 {'t' * 20}\nr2 {'t' * 20}\n")
     with pytest.raises(ValueError, match="already"):
         load_api_keys(path)
-    assert TokenStore(path).robot_for("Bearer " + "t" * 20) is None  # unreadable: everyone out
+    assert (
+        ApiKeyStore(path, "Bearer").robot_for("Bearer " + "t" * 20) is None
+    )  # unreadable: everyone out
 
 
 def test_non_loopback_needs_tls_and_tokens():

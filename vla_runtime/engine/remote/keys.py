@@ -10,17 +10,24 @@ within a second.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
+import logging
 import re
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import zmq.auth
+
+log = logging.getLogger(__name__)
 
 SERVER_KEY_NAME = "server"
 CLIENT_KEY_NAME = "client"
 AUTHORIZED_CLIENTS_DIR = "authorized_clients"
 ROBOTS_DIR = "robots"
+API_KEYS_RELOAD_S = 1.0
 ROBOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -159,3 +166,51 @@ def check_exposure(host: str, tls_cert, tls_key, api_keys) -> None:
             "needs --tls-cert, --tls-key and --api-keys FILE (one `ROBOT KEY` per line), or "
             "serve on 127.0.0.1"
         )
+
+
+class ApiKeyStore:
+    """An API-key file (`load_api_keys`), re-read (at most once a second) when it changes, so
+    a robot removed from it is refused on its next request. A missing or unreadable file
+    refuses everyone. Keys come in `Authorization: <scheme> <key>` headers."""
+
+    def __init__(self, path: str | Path | None, scheme: str):
+        self.path = Path(path) if path else None
+        self.scheme = scheme.lower()
+        self._tokens: dict[str, str] = {}
+        self._signature: Any = ()
+        self._checked = 0.0
+        self._reload(force=True)
+        if not self._tokens:
+            log.warning("no robot keys in %s: every request is refused", self.path)
+
+    def _reload(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < API_KEYS_RELOAD_S:
+            return
+        self._checked = now
+        try:
+            stat = self.path.stat() if self.path else None
+        except OSError:
+            stat = None
+        signature = (stat.st_mtime_ns, stat.st_size) if stat else None
+        if not force and signature == self._signature:
+            return
+        self._signature = signature
+        try:
+            self._tokens = load_api_keys(self.path) if signature else {}
+        except (OSError, ValueError) as exc:
+            log.error("API-key file refused, every request is refused until fixed: %s", exc)
+            self._tokens = {}
+
+    def robot_for(self, authorization: str | None) -> str | None:
+        """The robot of an `Authorization` header value, or None."""
+        self._reload()
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != self.scheme or not token.strip():
+            return None
+        presented = token.strip().encode()
+        robot = None
+        for known, name in self._tokens.items():  # compare with every token: constant time
+            if hmac.compare_digest(presented, known.encode()):
+                robot = name
+        return robot

@@ -18,6 +18,7 @@ import logging
 import ssl
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeModeError
 from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.engine.remote import openpi_protocol as op
 from vla_runtime.engine.remote import packed, wire
-from vla_runtime.engine.remote.keys import is_loopback_host
+from vla_runtime.engine.remote.keys import ApiKeyStore, is_loopback_host
 from vla_runtime.engine.remote.protocol import mode_from_wire, mode_to_wire, spec_hash
 from vla_runtime.engine.remote.sessions import ServerLimits, SessionTable
 
@@ -52,17 +53,17 @@ class OpenpiServer:
         port: int = op.DEFAULT_PORT,
         seed: int = 0,
         limits: ServerLimits = ServerLimits(),
-        api_keys: dict[str, str] | None = None,
+        api_keys: str | Path | None = None,
         tls: ssl.SSLContext | None = None,
         threads: int | None = None,
     ):
-        if not is_loopback_host(host) and (tls is None or not api_keys):
+        if not is_loopback_host(host) and (tls is None or api_keys is None):
             raise ValueError(
                 f"refusing to serve openpi on {host} without TLS and API keys: anything but "
                 "loopback needs --tls-cert/--tls-key and --api-keys FILE"
             )
         self.policy, self.limits, self.threads = policy, limits, threads
-        self._seed, self._api_keys = seed, api_keys
+        self._api_keys = None if api_keys is None else ApiKeyStore(api_keys, "Api-Key")
         spec = policy.spec
         self.spec_hash = spec_hash(spec.to_dict())
         self.metadata = {
@@ -155,8 +156,7 @@ class OpenpiServer:
         return None
 
     def _robot_of(self, request) -> str | None:
-        scheme, _, key = (request.headers.get("Authorization") or "").partition(" ")
-        return self._api_keys.get(key.strip()) if scheme == "Api-Key" else None
+        return self._api_keys.robot_for(request.headers.get("Authorization"))
 
     def _handle(self, ws: ServerConnection) -> None:
         robot = None
@@ -173,7 +173,7 @@ class OpenpiServer:
                 return
             policy = self._open_session(name)
             ws.send(packed.pack(self.metadata))
-            log.info("%s connected from %s", name, ws.remote_address)
+            log.info("%s connected", name)
             while True:
                 try:
                     message = ws.recv(timeout=self.limits.session_idle_s)
@@ -181,7 +181,7 @@ class OpenpiServer:
                     ws.close(reason="idle")
                     return
                 ws.send(self._answer(policy, message, name))
-        except ConnectionClosed:
+        except (ConnectionClosed, OSError):  # the client went away
             pass
         finally:
             with self._state_lock:

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import itertools
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +36,7 @@ from vla_runtime.engine.kv_cache import INSTRUCTION_CACHE_SIZE, CachedBlock, Pre
 from vla_runtime.engine.model import text_bias
 from vla_runtime.engine.policy import ActionChunk, Observation, PolicyError
 from vla_runtime.engine.remote import packed, wire
-from vla_runtime.engine.remote.keys import ROBOT_NAME, check_exposure, load_api_keys
+from vla_runtime.engine.remote.keys import ROBOT_NAME, ApiKeyStore, check_exposure
 from vla_runtime.engine.remote.protocol import (
     error_reply,
     float_map,
@@ -59,7 +57,6 @@ ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 # The header Ray's proxy takes the session id from, the consistent-hash router's key (Ray's
 # default; RAY_SERVE_SESSION_ID_HEADER_KEY changes it cluster-wide).
 SESSION_HEADER = os.environ.get("RAY_SERVE_SESSION_ID_HEADER_KEY", "x-session-id").lower()
-TOKENS_RELOAD_S = 1.0
 HTTP_STATUS = {"unauthorized": 401, "too_large": 413, "bad_request": 400, "overloaded": 503}
 
 
@@ -195,52 +192,6 @@ def _refresh_session(session, obs, text_kv, camera_kv, tokens, kv, bias, normali
 
 
 # -- authentication and exposure ---------------------------------------------------------------
-
-
-class TokenStore:
-    """The tokens file, re-read (at most once a second) when it changes, so a robot removed
-    from it is refused on its next request. An unreadable file refuses everyone."""
-
-    def __init__(self, path: str | Path | None):
-        self.path = Path(path) if path else None
-        self._tokens: dict[str, str] = {}
-        self._signature: Any = ()
-        self._checked = 0.0
-        self._reload(force=True)
-        if not self._tokens:
-            log.warning("no robot tokens in %s: every request is refused", self.path)
-
-    def _reload(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._checked < TOKENS_RELOAD_S:
-            return
-        self._checked = now
-        try:
-            stat = self.path.stat() if self.path else None
-        except OSError:
-            stat = None
-        signature = (stat.st_mtime_ns, stat.st_size) if stat else None
-        if not force and signature == self._signature:
-            return
-        self._signature = signature
-        try:
-            self._tokens = load_api_keys(self.path) if signature else {}
-        except (OSError, ValueError) as exc:
-            log.error("tokens file refused, every request is refused until fixed: %s", exc)
-            self._tokens = {}
-
-    def robot_for(self, authorization: str | None) -> str | None:
-        """The robot of an `Authorization: Bearer <token>` header value, or None."""
-        self._reload()
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        presented = token.strip().encode()
-        robot = None
-        for known, name in self._tokens.items():  # compare with every token: constant time
-            if hmac.compare_digest(presented, known.encode()):
-                robot = name
-        return robot
 
 
 # -- the policy replica ------------------------------------------------------------------------
@@ -411,7 +362,7 @@ class HttpFront:
     can neither reach another's session nor land on a replica that does not hold its own."""
 
     def __init__(self, tokens_file: str | None = None, auth: bool = False):
-        self._tokens = TokenStore(tokens_file) if auth else None
+        self._tokens = ApiKeyStore(tokens_file, "Bearer") if auth else None
 
     async def read(self, method: str, headers, body_chunks) -> tuple[str, dict] | dict:
         """(robot, request), or the error reply to send instead."""

@@ -190,9 +190,10 @@ def _start(args, bind: str, policy, limits: ServerLimits, threads: int):
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(args.tls_cert, args.tls_key)
     host, port = _address(bind, SCHEMES["openpi"], tls is not None)
-    api_keys = load_api_keys(args.api_keys) if args.api_keys else None
+    if args.api_keys:
+        load_api_keys(args.api_keys)  # a malformed file stops the start, not every request
     return OpenpiServer(
-        policy, host, port, seed=args.seed, limits=limits, api_keys=api_keys, tls=tls,
+        policy, host, port, seed=args.seed, limits=limits, api_keys=args.api_keys, tls=tls,
         threads=threads,
     )  # fmt: skip
 
