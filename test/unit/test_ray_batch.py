@@ -1,4 +1,4 @@
-"""Fleet serving logic that needs no Ray: batched full compute, tokens, exposure, sessions."""
+"""Fleet serving logic that needs no Ray: batched full compute, API keys, exposure, sessions."""
 
 import asyncio
 import copy
@@ -8,15 +8,12 @@ import pytest
 
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.threads import limit_threads
+from vla_runtime.engine.batch import infer_batch
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.engine.remote import serve_cli, wire
 from vla_runtime.engine.remote.keys import ApiKeyStore, check_exposure, load_api_keys
-from vla_runtime.engine.remote.ray_serve import (
-    NOT_INSTALLED,
-    PolicyReplica,
-    infer_batch,
-)
+from vla_runtime.engine.remote.ray_serve import NOT_INSTALLED, PolicyReplica
 from vla_runtime.engine.remote.sessions import ServerLimits
 from vla_runtime.engine.torch_backend import TorchPolicy
 
