@@ -1,4 +1,5 @@
-"""Per-robot sessions of a policy server (ZeroMQ `PolicyServer`, Ray Serve `PolicyReplica`).
+"""Per-robot sessions of a policy server (ZeroMQ `PolicyServer`, `OpenpiServer`, Ray Serve
+`PolicyReplica`).
 
 A session is a robot's own policy state: a stateful (caching) back end is shallow-copied and
 reset per robot, so weights and runtime sessions are shared but KV caches, the previous chunk
