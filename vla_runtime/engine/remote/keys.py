@@ -1,4 +1,5 @@
-"""CURVE keys for the remote back end, and which endpoints count as loopback (no keys needed).
+"""CURVE keys for the remote back end, API-key files of the websocket and HTTP servers, and which
+endpoints count as loopback (no keys needed).
 
 A key directory holds the server's pair (`server.key`, `server.key_secret`), the allow-list
 `authorized_clients/` (one public `<robot>.key` per robot) and, per robot, the bundle to copy
