@@ -36,6 +36,7 @@ from vla_runtime.core.gripper import command_refusal, opening_from_width, width_
 from vla_runtime.core.gripper_intent import GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams, CommandTopics
+from vla_runtime.ros.diagnostics import Diagnostics
 from vla_runtime.ros.messages import diagnostics_msg, joint_state_msg, to_time
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
@@ -107,6 +108,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.DRIVER_STATS, 10)
+        self.diagnostics = Diagnostics(self, self.robot_ip)
         self._subscribe_commands(params.command_topics(robot))
         self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
         self.create_timer(1.0, self._publish_stats)
@@ -235,6 +237,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         stamp = self.get_clock().now().to_msg()
         name, message = f"{self.get_name()}: franky", json.dumps(report)
         self._stats_pub.publish(diagnostics_msg(name, level, message, values, stamp, self.robot_ip))
+        self.diagnostics.update("arm", level, report["connection"], values)
 
     def close(self) -> None:
         """Stop streaming and let the robot hold; print the run's figures."""

@@ -36,6 +36,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
 from vla_runtime.core.ur_servo import ServoParams, StopMonitor
 from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopics
+from vla_runtime.ros.diagnostics import ERROR, OK, Diagnostics
 from vla_runtime.ros.messages import joint_state_msg
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
@@ -91,6 +92,8 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._scaling_pub = self.create_publisher(Float64, UR_SPEED_SCALING_TOPIC, 10)
         self._subscribe_commands(params.command_topics(robot))
+        self.diagnostics = Diagnostics(self, self.robot_ip)
+        self.diagnostics.add_check("arm", self._arm_health)
         self._running = True
         self._thread = threading.Thread(target=self._control_loop, name="servo", daemon=True)
         self._thread.start()
@@ -99,6 +102,15 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
             f"{self.servo.lookahead_s:g} s, gain {self.servo.gain:g}; commands on "
             + ", ".join(self._topics.values())
         )
+
+    def _arm_health(self):
+        """ERROR while the RTDE link is down or a protective / emergency stop holds the arm."""
+        values = {"connection": self.reconnect.state, "stop": self.stops.stopped or "none"}
+        if self.reconnect.state != "connected":
+            return ERROR, f"RTDE {self.reconnect.state}", values
+        if self.stops.stopped is not None:
+            return ERROR, f"{self.stops.stopped}: clear it on the pendant", values
+        return OK, "servoing", values
 
     # -- control thread ----------------------------------------------------------------------
     def _control_loop(self) -> None:

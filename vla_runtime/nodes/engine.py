@@ -24,10 +24,12 @@ gripper value from `gripper_joints` ("sum": a two-finger gripper's opening width
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from dataclasses import dataclass
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -46,6 +48,7 @@ from vla_runtime.engine.state_mapping import GRIPPER_STATES, StateMapping
 from vla_runtime.engine.stats import EngineStats
 from vla_runtime.engine.trigger import RUN_MODES, InferenceRequest, InferenceTrigger
 from vla_runtime.engine.worker import InferenceWorker
+from vla_runtime.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_runtime.ros.messages import (
     chunk_from_msg,
     chunk_msg,
@@ -59,8 +62,8 @@ from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
-OK, ERROR = DiagnosticStatus.OK, DiagnosticStatus.ERROR
 SETUP_RETRY_S = 2.0  # a remote server that is not up yet is asked again this often
+CAMERA_STOPPED_S = 1.0  # a camera silent this long (or twice max_image_age_s) has stopped
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,10 @@ class EngineNode(RuntimeNode):
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
+        self.diagnostics = Diagnostics(self, self.source.location)
+        self._cameras: dict[str, float] = {}  # camera -> monotonic receipt of its last frame
+        self._rejected: dict[str, str] = {}  # camera -> why its latest frame was refused
+        self.diagnostics.add_check("cameras", self._camera_health)
         self._setup_timer = None
         if not self._try_setup():
             self._setup_timer = self.create_timer(SETUP_RETRY_S, self._retry_setup)
@@ -164,6 +171,7 @@ class EngineNode(RuntimeNode):
         names = observation.camera_topics(spec, p.cameras)
         if hasattr(self.policy, "expected_spec"):  # a restarted server must serve the same
             self.policy.expected_spec = spec
+        self._cameras = {camera.name: math.nan for camera in spec.cameras}
         for topic_name, camera in zip(names, spec.cameras, strict=True):
             self.create_subscription(
                 Image,
@@ -202,9 +210,12 @@ class EngineNode(RuntimeNode):
             image = image_from_msg(msg)
             observation.check_frame_size(camera, image)
         except ValueError as exc:
+            self._rejected[camera.name] = str(exc)
             self._fail("input", f"camera '{camera.name}' frame rejected: {exc}")
             return
         stamp = msg.header.stamp
+        self._rejected.pop(camera.name, None)
+        self._cameras[camera.name] = time.monotonic()
         self.worker.add_frame(camera.name, observation.Frame(image, to_seconds(stamp), stamp))
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -249,8 +260,27 @@ class EngineNode(RuntimeNode):
         if self._log_error(error):  # stats as often as the log, not per frame
             self._publish_stats(ERROR, error, self.worker.mode, {})
 
+    def _camera_health(self):
+        """ERROR when a camera stopped: no inference can be fresh without it."""
+        if not self._cameras:
+            return WARN, "waiting for the policy (no camera subscribed yet)", {}
+        now, limit = time.monotonic(), max(CAMERA_STOPPED_S, 2 * self.params.max_image_age_s)
+        ages = {name: now - seen for name, seen in self._cameras.items()}
+        waiting = [name for name, age in ages.items() if math.isnan(age)]
+        stopped = [name for name, age in ages.items() if age > limit]
+        values = {f"{name}_frame_age_s": f"{age:.2f}" for name, age in ages.items()}
+        if self._rejected:
+            rejected = "; ".join(f"{name}: {why}" for name, why in self._rejected.items())
+            return ERROR, f"frames rejected ({rejected})", values
+        if stopped:
+            return ERROR, f"camera(s) {', '.join(stopped)} silent for over {limit:g} s", values
+        if waiting:
+            return WARN, f"no frame yet from camera(s) {', '.join(waiting)}", values
+        return OK, f"{len(ages)} camera(s) streaming", values
+
     def _publish_stats(self, level, message: str, mode: ComputeMode, values: dict) -> None:
         fields, stamp = self.stats.fields(mode, values), self.get_clock().now().to_msg()
+        self.diagnostics.update("inference", level, message, fields)
         array = diagnostics_msg("engine", level, message, fields, stamp, self.source.location)
         try:
             self._stats_pub.publish(array)

@@ -19,6 +19,7 @@ import math
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from rcl_interfaces.msg import SetParametersResult
@@ -33,7 +34,7 @@ from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import ChunkCheckConfig, ChunkChecker
 from vla_runtime.core.safety.chunk_pipeline import ChunkPipeline
-from vla_runtime.core.safety.gate import CommandGate, GateConfig, TickPacer
+from vla_runtime.core.safety.gate import ESTOP, STOPPING, CommandGate, GateConfig, TickPacer
 from vla_runtime.core.safety.workspace import (
     WORKSPACE_MAX,
     WORKSPACE_MIN,
@@ -41,6 +42,7 @@ from vla_runtime.core.safety.workspace import (
     box_planes,
     keep_out_boxes,
 )
+from vla_runtime.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_runtime.ros.messages import (
     MAX_CHUNK_BYTES,
     arm_command_msg,
@@ -155,6 +157,9 @@ class SafetyNode(RuntimeNode):
         self._worker = threading.Thread(target=self._check_loop, name="chunk-check", daemon=True)
         self._worker.start()
         self.create_timer(gate_config.control_period_s, self._tick)
+        self._events: Counter[str] = Counter()  # chunk verdicts and gate events so far
+        self.diagnostics = Diagnostics(self)
+        self.diagnostics.add_check("gate", self._gate_health)
         self.get_logger().info(
             f"safety for {self.robot.name}: gate at {rate:g} Hz -> {arm_topic}, "
             f"timeout {gate_config.command_timeout_s * 1e3:.0f} ms"
@@ -236,7 +241,17 @@ class SafetyNode(RuntimeNode):
 
     def _publish_events(self, events: list[dict], source: str = "gate") -> None:
         for event in events:
+            self._events[str(event.get("verdict") or event.get("event"))] += 1
             self._event_pub.publish(String(data=event_json(event, source)))
+
+    def _gate_health(self):
+        mode, counts = self.gate.mode, dict(self._events)
+        values = {"mode": mode, **counts}
+        if mode == ESTOP:
+            return ERROR, f"e-stop latched: reset with {topics.ESTOP_RESET}", values
+        if mode == STOPPING:
+            return WARN, "stopping: commands timed out or a stop was asked", values
+        return OK, f"gate {mode}", values
 
     # -- chunks ------------------------------------------------------------------------------
     def _on_chunk(self, msg: JointTrajectory) -> None:

@@ -31,6 +31,7 @@ from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConfig
+from vla_runtime.ros.diagnostics import Diagnostics
 from vla_runtime.ros.messages import chunk_from_msg, image_from_msg, to_seconds
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
@@ -65,6 +66,7 @@ class SchedulerNode(RuntimeNode):
 
         self._mode_pub = self.create_publisher(String, topics.COMPUTE_MODE, 10)
         self._signals_pub = self.create_publisher(DiagnosticArray, topics.SCHEDULER_SIGNALS, 10)
+        self.diagnostics = Diagnostics(self)
         sub = self.create_subscription
         sub(JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data)
         for camera in cameras:
@@ -187,6 +189,7 @@ class SchedulerNode(RuntimeNode):
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self._signals_pub.publish(array)
+        self.diagnostics.update("scheduling", status.level, status.message, fields)
 
 
 def main(argv: list[str] | None = None) -> int:

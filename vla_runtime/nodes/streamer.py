@@ -49,6 +49,7 @@ from vla_runtime.core.streaming.lifecycle import (
     StreamerLifecycle,
 )
 from vla_runtime.core.streaming.metrics import LoopTiming, format_value, stats_status
+from vla_runtime.ros.diagnostics import Diagnostics
 from vla_runtime.ros.messages import (
     MAX_CHUNK_BYTES,
     chunk_from_msg,
@@ -135,6 +136,7 @@ class StreamerNode(RuntimeNode):
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
+        self.diagnostics = Diagnostics(self)
         self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10,
                                          MAX_CHUNK_BYTES, self._refuse_chunk)  # fmt: skip
         self.create_subscription(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
@@ -245,6 +247,7 @@ class StreamerNode(RuntimeNode):
         values = self.metrics()
         severity, message = stats_status(values)
         text = {key: format_value(value) for key, value in values.items()}
+        self.diagnostics.update("streaming", LEVELS[severity], message, text)
         array = diagnostics_msg("streamer", LEVELS[severity], message, text,
                                 self.get_clock().now().to_msg())  # fmt: skip
         try:

@@ -36,6 +36,7 @@ from vla_runtime.core.reflex_events import recovered, refused_command
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import SpeedSlider, broadcast_topic
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams
+from vla_runtime.ros.diagnostics import ERROR, OK, Diagnostics
 from vla_runtime.ros.messages import to_time, trajectory_arguments
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, on_run_time_set, param
@@ -128,6 +129,9 @@ class SimDriverNode(RuntimeNode):
         self._thread = threading.Thread(target=self._physics_loop, name="physics", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._check_physics)
+        self._refused = 0
+        self.diagnostics = Diagnostics(self, f"mujoco:{params.robot}")
+        self.diagnostics.add_check("arm", self._arm_health)
         mode = "lock-step" if params.lockstep else f"real-time factor {rtf:g}"
         self.get_logger().info(
             f"simulated {params.robot} ({params.n_cubes} cubes, seed {params.seed}), {mode}; "
@@ -214,6 +218,7 @@ class SimDriverNode(RuntimeNode):
             return
         with self._lock:
             fault, stamp = self.sim.fault, self.sim.time
+        self._refused += 1
         report = refused_command(self._topics[command], reason, fault, stamp)
         if report.throttled:  # rclpy fixes the throttling of each call site: one per kind
             self.get_logger().error(report.log, throttle_duration_sec=1.0)
@@ -227,6 +232,15 @@ class SimDriverNode(RuntimeNode):
         report = recovered(fault, stamp)
         self.get_logger().info(report.log)
         self._publish_event(report.event)
+
+    def _arm_health(self):
+        """ERROR while a reflex holds the simulated arm, as a real arm's would."""
+        with self._lock:
+            fault, sim_time = self.sim.fault, self.sim.time
+        values = {"sim_time_s": f"{sim_time:.2f}", "refused_commands": self._refused}
+        if fault:
+            return ERROR, f"arm fault: {fault}; recover with {topics.DRIVER_RECOVER}", values
+        return OK, "simulated arm following commands", values
 
     def _publish_event(self, event: dict) -> None:
         self._event_pub.publish(String(data=json.dumps(event)))
