@@ -36,6 +36,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.gripper import command_refusal
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
+from vla_runtime.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, param
 from vla_runtime.ros.runtime import ThrottledLog, run_node
@@ -91,8 +92,11 @@ class FrankaGripperBridge(RuntimeNode):
         config = build(GripperIntentConfig, params, max_width=robot.gripper_max_width)
         self.intent = GripperIntent(config)
         self.counts = {"move": 0, "grasp": 0, "failed": 0, "ignored": 0}
+        self._last_failure = ""
         self._warn = ThrottledLog(self.get_logger().warning, period_s=10.0)
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self.diagnostics = Diagnostics(self, self.namespace)
+        self.diagnostics.add_check("gripper", self._health)
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
         if Move is None:
             self.actions = None
@@ -110,6 +114,19 @@ class FrankaGripperBridge(RuntimeNode):
             f"gripper widths on {self.command_topic} -> {self.namespace}/move (open) and "
             f"{self.namespace}/grasp (close)"
         )
+
+    def _health(self):
+        """ERROR without franka_msgs, WARN while an action server is missing or after a failed
+        goal (until one succeeds)."""
+        values = dict(self.counts)
+        if self.actions is None:
+            return ERROR, "franka_msgs missing: gripper commands are ignored", values
+        missing = [name for name, client in self.actions.items() if not client.server_is_ready()]
+        if missing:
+            return WARN, f"no action server for {', '.join(missing)} under {self.namespace}", values
+        if self._last_failure:
+            return WARN, f"last goal failed: {self._last_failure}", values
+        return OK, "gripper action servers ready", values
 
     # -- commands ----------------------------------------------------------------------------
     def _on_command(self, msg: Float64MultiArray) -> None:
@@ -174,11 +191,13 @@ class FrankaGripperBridge(RuntimeNode):
             error = getattr(result, "error", "") or f"status {response.status}"
             return self._failed(goal, token, error)
         self.intent.finished(token)
+        self._last_failure = ""
         self._event("gripper_done", action=goal.action, width=goal.width)
 
     def _failed(self, goal: GripperGoal, token: int, reason: str) -> None:
         self.intent.finished(token)
         self.counts["failed"] += 1
+        self._last_failure = f"{goal.action}: {reason}"
         self.get_logger().warning(f"gripper {goal.action} (width {goal.width} m): {reason}")
         self._event("gripper_failed", action=goal.action, width=goal.width, reason=reason)
 
