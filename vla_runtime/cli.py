@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from vla_runtime.stack.resolver import StackError, coerce_scalar, load_stack_file, resolve_stack
@@ -178,6 +179,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _dispatch(argv)
+    except (ValueError, OSError) as exc:
+        # Bad input (a path, a seed, a device, a dataset, a checkpoint): one line, exit 2.
+        if os.environ.get("VLA_RUNTIME_TRACEBACK"):
+            raise
+        command = " ".join(argv[:2] if argv[:1] in (["bench"], ["calibrate"]) else argv[:1])
+        line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        print(f"vla-runtime {command}: error: {line} (VLA_RUNTIME_TRACEBACK=1 for the traceback)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in DATA_COMMANDS:  # argparse lives in the commands' modules
         return _entry(*DATA_COMMANDS[argv[0]])(argv[1:])
     if argv[:2] == ["calibrate", "scheduler"]:

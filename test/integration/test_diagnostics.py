@@ -54,7 +54,10 @@ def camera_processes(domain: int) -> list[int]:
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"vla_runtime.nodes.camera" in cmdline and f"ROS_DOMAIN_ID={domain}\0".encode() in environ:
+        if (
+            b"vla_runtime.nodes.camera" in cmdline
+            and f"ROS_DOMAIN_ID={domain}\0".encode() in environ
+        ):
             found.append(int(proc.name))
     return found
 

@@ -46,3 +46,62 @@ def test_calibrate_without_its_subcommand_is_a_one_line_usage_error(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "calibrate scheduler --data DIR" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["train", "--data", "{missing}", "--out", "{tmp}/ckpt"], "is not a LeRobot dataset"),
+        (
+            [
+                "collect",
+                "--task",
+                "reach",
+                "--episodes",
+                "1",
+                "--out",
+                "{tmp}/ds",
+                "--recover-from",
+                "{missing}",
+            ],
+            "is not a checkpoint",
+        ),  # fmt: skip
+        (
+            [
+                "collect",
+                "--task",
+                "reach",
+                "--episodes",
+                "1",
+                "--out",
+                "{tmp}/ds",
+                "--seed",
+                "90000",
+            ],
+            "reserved for evaluation",
+        ),  # fmt: skip
+        (["bench", "engine", "--device", "cuda:7"], "no such CUDA device here"),
+        (["launch", "sim", "seed:=abc"], "argument seed: expected an integer, got 'abc'"),
+        (["launch", "sim", "lockstep:=2"], "argument lockstep: expected true or false"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(argv, says, tmp_path, capsys):
+    argv = [a.format(missing=tmp_path / "missing", tmp=tmp_path) for a in argv]
+    if "cuda" in argv[-1]:
+        torch = pytest.importorskip("torch")
+        if torch.cuda.device_count() > 7:
+            pytest.skip("this host has a cuda:7")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_stack_arguments_take_the_type_of_their_default():
+    from vla_runtime.stack.resolver import resolve_stack
+
+    stack = resolve_stack("sim", {"camera_fps": 10, "seed": 3, "policy": True, "threads": 1})
+    camera = next(n for n in stack.nodes if n.name == "scene_camera")
+    assert camera.parameters["fps"] == 10.0 and isinstance(camera.parameters["fps"], float)
+    driver = next(n for n in stack.nodes if n.name == "sim_driver")
+    assert driver.parameters["seed"] == 3 and isinstance(driver.parameters["seed"], int)

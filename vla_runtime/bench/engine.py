@@ -230,6 +230,13 @@ def run_bench(
     figures survive a shared host (ORT's spinning thread pool collapses under contention);
     pass more on a dedicated machine. On CUDA, onnxruntime is skipped unless its CUDA
     execution provider is installed."""
+    if device.startswith("cuda"):
+        suffix, visible = device.partition(":")[2], torch.cuda.device_count()
+        if (int(suffix) if suffix.isdigit() else 0) >= visible:
+            raise ValueError(
+                f"--device {device}: no such CUDA device here ({visible} visible, torch "
+                f"{torch.__version__})"
+            )
     previous_threads = torch.get_num_threads()
     threads = threads or (1 if device == "cpu" else previous_threads)
     torch.set_num_threads(threads)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vla_runtime.core.paths import config_dir
+from vla_runtime.core.paths import config_dir, shipped_checkpoint
 from vla_runtime.core.scheduler import SchedulerConfig
 from vla_runtime.data.evaluate import DEFAULT_EXECUTE, EVAL_SEED, evaluate_stack
 
@@ -83,7 +83,7 @@ def run_bench(
     progress: bool = True,
 ) -> dict:
     """Both arms on every task (same seeds); returns per-task figures, the pool and settings."""
-    checkpoint = checkpoint or os.environ.get("VLA_CHECKPOINT", "checkpoints/tiny")
+    checkpoint = checkpoint or os.environ.get("VLA_CHECKPOINT") or str(shipped_checkpoint())
     if not Path(checkpoint, "spec.json").is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint} (pass --ckpt DIR)")
     seed = EVAL_SEED if seed is None else seed

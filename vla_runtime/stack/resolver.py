@@ -165,6 +165,28 @@ def load_stack_file(name_or_path: str | Path) -> tuple[str, dict]:
     return path.stem, raw
 
 
+def _typed_like(default: Any, value: Any, what: str) -> Any:
+    """`value` as the type of the argument's default: a string default keeps strings ("0" is a
+    device, not 0), a number default takes numbers only (an integer becomes a float where the
+    default is one, as the node's parameter is), a boolean one booleans only."""
+    if isinstance(default, str):
+        return str(value)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise StackError(f"{what}: expected true or false, got {value!r}")
+        return value
+    if isinstance(default, int | float) and (
+        isinstance(value, bool) or not isinstance(value, int | float)
+    ):
+        kind = "an integer" if isinstance(default, int) else "a number"
+        raise StackError(f"{what}: expected {kind}, got {value!r}")
+    if isinstance(default, float):
+        return float(value)
+    if isinstance(default, int) and isinstance(value, float):
+        raise StackError(f"{what}: expected an integer, got {value!r}")
+    return value
+
+
 def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Stack:
     """Load a stack and resolve arguments, conditions and substitutions into node specs."""
     name, raw = load_stack_file(name_or_path)
@@ -177,8 +199,7 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         )
     args = {k: (v or {}).get("default") for k, v in declared.items()}
     for key, value in overrides.items():
-        # An argument declared with a string default stays a string ("0" is a device, not 0).
-        args[key] = str(value) if isinstance(args[key], str) else value
+        args[key] = _typed_like(args[key], value, f"stack {name!r} argument {key}")
     for key, value in (raw.get("variables") or {}).items():
         if key in args:
             raise StackError(f"stack {name!r}: variable {key!r} shadows an argument")

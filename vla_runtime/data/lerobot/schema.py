@@ -23,7 +23,7 @@ ENV_STATE_KEY = "observation.environment_state"
 STAT_NAMES = ("min", "max", "mean", "std", "count")
 
 
-class DatasetError(RuntimeError):
+class DatasetError(ValueError):
     """The dataset (or one episode of it) is missing, partial or corrupt; the message says which."""
 
 
