@@ -119,9 +119,39 @@ DATA_COMMANDS = {
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
     "serve": ("vla_runtime.engine.remote.serve_cli", "serve_main"),
 }
-BENCHMARKS = [
-    "sim", "engine", "transport", "streamer", "driver", "faults", "scheduler", "closed-loop",
-]  # fmt: skip
+BENCH_OPTIONS = {
+    "seconds": (["--seconds"], {"type": float, "help": "run length (s)"}),
+    "preset": (["--preset"], {"default": "tiny", "help": "model preset (tiny, small)"}),
+    "device": (["--device"], {"default": "cpu", "help": "cpu or cuda[:N]"}),
+    "ckpt": (["--ckpt"], {"help": "policy checkpoint directory (default: the shipped one)"}),
+    "tasks": (["--tasks"], {"nargs": "+", "help": "tasks (default: all four)"}),
+    "episodes": (["--episodes"], {"type": int, "help": "episodes per task and arm"}),
+    "delays": (["--delays"], {"nargs": "+", "help": "injected delays (0 100 200 300 heavy)"}),
+    "out": (["--out"], {"help": "folder for the episode logs and the plot"}),
+    "seed": (["--seed"], {"type": int, "help": "first evaluation seed"}),
+    "execute": (["--execute"], {"type": int, "help": "actions executed per chunk"}),
+    "config": (["--config"], {"help": "thresholds YAML (default config/scheduler.yaml)"}),
+    "curve": (["--curve"], {"action": "store_true", "help": "also ZeroMQ with CURVE"}),
+    "no_fleet": (["--no-fleet"], {"action": "store_true", "help": "skip Ray Serve"}),
+}
+# name -> (what it measures, its options)
+BENCHMARKS = {
+    "sim": ("physics real-time factor and render time per camera (default 5 s)", ["seconds"]),
+    "engine": ("latency, memory and reuse speedups per back end and compute mode",
+               ["preset", "device"]),
+    "transport": ("serving overhead per path (ZeroMQ, openpi, Ray Serve) and Ray batching "
+                  "throughput", ["curve", "no_fleet"]),
+    "streamer": ("control-loop jitter, tick cost, sync vs async with injected delays (default "
+                 "3 s)", ["seconds"]),
+    "driver": ("franky driver against franky-sim: latency, jitter, libfranka errors (default "
+               "60 s)", ["seconds"]),
+    "faults": ("every injected fault: detection and stop times, unsafe commands, lost chunks",
+               []),
+    "scheduler": ("scheduled vs full compute on the shipped policy (default 50 episodes per "
+                  "task)", ["ckpt", "tasks", "episodes", "seed", "execute", "config"]),
+    "closed-loop": ("success and time to success under injected delays, async vs sync (default "
+                    "10 episodes)", ["ckpt", "tasks", "episodes", "delays", "out", "seed"]),
+}  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,32 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     launch.set_defaults(func=_launch)
 
     bench = sub.add_parser("bench", help="run a benchmark; prints one JSON object")
-    bench.add_argument("name", choices=BENCHMARKS)
-    bench.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
-    bench.add_argument(
-        "--seconds", type=float, help="run length (sim, streamer: default 5; driver: 60)"
-    )
-    bench.add_argument("--preset", default="tiny", help="engine: model preset (tiny, small)")
-    bench.add_argument("--device", default="cpu", help="engine: cpu or cuda")
-    bench.add_argument("--ckpt", help="scheduler: policy checkpoint directory")
-    bench.add_argument(
-        "--tasks", nargs="+", help="scheduler (default: all four), closed-loop (dynamic_reach pick)"
-    )
-    bench.add_argument(
-        "--episodes", type=int, help="episodes per task (scheduler: 50, closed-loop: 10)"
-    )
-    bench.add_argument(
-        "--delays", nargs="+", help="closed-loop: injected delays (0 100 200 300 heavy)"
-    )
-    bench.add_argument("--out", help="closed-loop: folder for the episode logs and the plot")
-    bench.add_argument("--seed", type=int, help="scheduler, closed-loop: first evaluation seed")
-    bench.add_argument("--execute", type=int, help="scheduler: actions executed per chunk")
-    bench.add_argument(
-        "--config", help="scheduler: thresholds YAML (default config/scheduler.yaml)"
-    )
-    bench.add_argument("--curve", action="store_true", help="transport: also ZeroMQ with CURVE")
-    bench.add_argument("--no-fleet", action="store_true", help="transport: skip Ray Serve")
-    bench.set_defaults(func=_bench)
+    benchmarks = bench.add_subparsers(dest="name", required=True, metavar="NAME")
+    for name, (description, options) in BENCHMARKS.items():
+        one = benchmarks.add_parser(name, help=description, description=description)
+        one.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
+        for option in options:
+            flags, kwargs = BENCH_OPTIONS[option]
+            one.add_argument(*flags, **kwargs)
+        one.set_defaults(func=_bench)
 
     for name, (module, _) in DATA_COMMANDS.items():
         sub.add_parser(name, help=f"see `vla-runtime {name} --help` ({module})", add_help=False)

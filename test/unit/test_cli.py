@@ -105,3 +105,21 @@ def test_stack_arguments_take_the_type_of_their_default():
     assert camera.parameters["fps"] == 10.0 and isinstance(camera.parameters["fps"], float)
     driver = next(n for n in stack.nodes if n.name == "sim_driver")
     assert driver.parameters["seed"] == 3 and isinstance(driver.parameters["seed"], int)
+
+
+def test_each_benchmark_has_its_own_help_and_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "transport", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "serving overhead per path" in out and "--curve" in out and "--ckpt" not in out
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "sim", "--ckpt", "x"])  # another benchmark's option
+    assert exc.value.code == 2
+
+
+def test_help_descriptions_are_whole_paragraphs(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "success rate, time to completion and runtime metrics as one JSON object." in out

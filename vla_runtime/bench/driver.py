@@ -32,6 +32,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_runtime.core.help_text import help_summary
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
 from vla_runtime.ros.messages import chunk_msg, to_seconds
@@ -270,7 +271,7 @@ def run_bench(seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 1
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=help_summary(__doc__))
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args()
     print(json.dumps(run_bench(seconds=args.seconds)))

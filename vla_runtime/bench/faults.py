@@ -43,6 +43,7 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.help_text import help_summary
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
 from vla_runtime.engine.remote.server import PolicyServer
@@ -472,7 +473,7 @@ def _restarts(windows: list[Window], rec: LoopRecorder) -> tuple[list[int], list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=help_summary(__doc__))
     parser.add_argument("--faults", default=",".join(ALL_FAULTS))
     parser.add_argument("--observe", type=float, default=3.0)
     parser.add_argument("--json", action="store_true")

@@ -26,6 +26,7 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 
+from vla_runtime.core.help_text import help_summary
 from vla_runtime.core.interpolation import Limits, limits_for
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
@@ -175,7 +176,7 @@ def run_bench(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=help_summary(__doc__))
     parser.add_argument("--seconds", type=float, default=3.0, help="node run per rate/source")
     args = parser.parse_args(argv)
     print(json.dumps(run_bench(seconds=args.seconds), sort_keys=True))

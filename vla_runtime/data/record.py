@@ -25,6 +25,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
 from vla_runtime.core import topics
+from vla_runtime.core.help_text import help_summary
 from vla_runtime.ros.node import RuntimeNode
 
 DEFAULT_TOPICS = [
@@ -211,7 +212,7 @@ def record(out: str | Path, wanted: list[str] | None, duration_s: float | None,
 
 
 def record_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-runtime record", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="vla-runtime record", description=help_summary(__doc__))
     parser.add_argument("--out", required=True, help="output .mcap file")
     parser.add_argument("--topics", nargs="*", help=f"topics (default: {' '.join(DEFAULT_TOPICS)})")
     parser.add_argument("--all", action="store_true", help="every topic that appears")

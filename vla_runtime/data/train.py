@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from vla_runtime.core.help_text import help_summary
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 from vla_runtime.engine.checkpoint import (
     SPEC,
@@ -365,7 +366,7 @@ def export_compact(checkpoint_dir: str | Path, out: str | Path) -> Path:
 
 
 def train_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-runtime train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="vla-runtime train", description=help_summary(__doc__))
     parser.add_argument("--data", action="append", required=True, help="dataset dir (repeatable)")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--out", required=True, help="checkpoint directory (resumed if present)")
