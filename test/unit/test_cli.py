@@ -51,35 +51,15 @@ def test_calibrate_without_its_subcommand_is_a_one_line_usage_error(capsys):
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["train", "--data", "{missing}", "--out", "{tmp}/ckpt"], "is not a LeRobot dataset"),
+        ("train --data {missing} --out {tmp}/ckpt".split(), "is not a LeRobot dataset"),
         (
-            [
-                "collect",
-                "--task",
-                "reach",
-                "--episodes",
-                "1",
-                "--out",
-                "{tmp}/ds",
-                "--recover-from",
-                "{missing}",
-            ],
+            "collect --task reach --episodes 1 --out {tmp}/ds --recover-from {missing}".split(),
             "is not a checkpoint",
-        ),  # fmt: skip
+        ),
         (
-            [
-                "collect",
-                "--task",
-                "reach",
-                "--episodes",
-                "1",
-                "--out",
-                "{tmp}/ds",
-                "--seed",
-                "90000",
-            ],
+            "collect --task reach --episodes 1 --out {tmp}/ds --seed 90000".split(),
             "reserved for evaluation",
-        ),  # fmt: skip
+        ),
         (["bench", "engine", "--device", "cuda:7"], "no such CUDA device here"),
         (["launch", "sim", "seed:=abc"], "argument seed: expected an integer, got 'abc'"),
         (["launch", "sim", "lockstep:=2"], "argument lockstep: expected true or false"),

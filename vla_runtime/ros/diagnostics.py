@@ -29,28 +29,22 @@ class Diagnostics:
     def __init__(self, node, hardware_id: str = "", period_s: float = PERIOD_S):
         self._node, self._hardware_id = node, hardware_id
         self._pub = node.create_publisher(DiagnosticArray, topics.DIAGNOSTICS, 10)
-        self._statuses: dict[str, DiagnosticStatus] = {}
+        self._statuses: dict[str, tuple[bytes, str, Mapping]] = {}  # task -> status
         self._checks: dict[str, Check] = {}
         self._lock = threading.Lock()  # nodes update from worker threads too
         node.create_timer(period_s, self.publish, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def update(self, task: str, level: bytes, message: str, values: Mapping = {}) -> None:
+        """Cheap on a hot path (every chunk): the message is built when it is published."""
         if self._set(task, level, message, values):
             self.publish(run_checks=False)
 
     def _set(self, task: str, level: bytes, message: str, values: Mapping) -> bool:
         """Store a task's status; True when its level changed (or it is new)."""
-        status = DiagnosticStatus(
-            level=level,
-            name=f"{self._node.get_name()}: {task}",
-            message=message,
-            hardware_id=self._hardware_id,
-            values=[KeyValue(key=str(k), value=str(v)) for k, v in values.items()],
-        )
         with self._lock:
             previous = self._statuses.get(task)
-            self._statuses[task] = status
-        return previous is None or previous.level != level
+            self._statuses[task] = (level, message, values)
+        return previous is None or previous[0] != level
 
     def add_check(self, task: str, check: Check) -> None:
         self._checks[task] = check
@@ -60,10 +54,20 @@ class Diagnostics:
             for task, check in list(self._checks.items()):
                 self._set(task, *check())
         with self._lock:
-            statuses = list(self._statuses.values())
+            statuses = list(self._statuses.items())
         if not statuses:
             return
-        array = DiagnosticArray(status=statuses)
+        name = self._node.get_name()
+        array = DiagnosticArray(status=[
+            DiagnosticStatus(
+                level=level,
+                name=f"{name}: {task}",
+                message=message,
+                hardware_id=self._hardware_id,
+                values=[KeyValue(key=str(k), value=str(v)) for k, v in values.items()],
+            )
+            for task, (level, message, values) in statuses
+        ])  # fmt: skip
         array.header.stamp = self._node.get_clock().now().to_msg()
         try:
             self._pub.publish(array)

@@ -24,6 +24,7 @@ from vla_runtime.engine.remote.protocol import (
     RemoteUnavailable,
     mode_from_wire,
     mode_to_wire,
+    pinned,
     spec_hash,
 )
 
@@ -170,14 +171,11 @@ class SessionClient:
             spec = PolicySpec.from_dict(reply["spec"])
         except Exception as exc:
             raise RemoteError(f"unreadable spec from {self.endpoint}: {exc}") from None
-        if self.pinned_spec_hash is None:
-            self.pinned_spec_hash = served
-        elif served != self.pinned_spec_hash:
+        try:
+            self.pinned_spec_hash = pinned(self.pinned_spec_hash, served, self.endpoint)
+        except RemoteRejected:
             self._drop_transport()
-            raise RemoteRejected(
-                f"{self.endpoint} now serves policy {served}, not the pinned "
-                f"{self.pinned_spec_hash}: refusing it"
-            )
+            raise
         self._spec = spec
         self._session_open = True
 

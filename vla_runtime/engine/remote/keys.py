@@ -14,11 +14,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import math
 import re
 import shutil
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 import zmq.auth
 
@@ -28,7 +29,7 @@ SERVER_KEY_NAME = "server"
 CLIENT_KEY_NAME = "client"
 AUTHORIZED_CLIENTS_DIR = "authorized_clients"
 ROBOTS_DIR = "robots"
-API_KEYS_RELOAD_S = 1.0
+RELOAD_S = 1.0  # how often servers look at their allow-lists and key files
 ROBOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -169,6 +170,34 @@ def check_exposure(host: str, tls_cert, tls_key, api_keys) -> None:
         )
 
 
+class FileWatch:
+    """Whether some files changed (names, modification times, sizes), asked at most once per
+    `period_s`: servers re-read their allow-lists and key files without a restart. The first
+    question is always answered yes."""
+
+    def __init__(self, files: Callable[[], Iterable[Path]], period_s: float = RELOAD_S):
+        self._files, self.period_s = files, period_s
+        self._signature: tuple | None = None
+        self._checked = -math.inf
+
+    def changed(self) -> bool:
+        now = time.monotonic()
+        if now - self._checked < self.period_s:
+            return False
+        self._checked = now
+        signature = []
+        for path in sorted(self._files()):
+            try:
+                stat = path.stat()
+            except OSError:  # removed between listing and reading
+                continue
+            signature.append((path.name, stat.st_mtime_ns, stat.st_size))
+        if tuple(signature) == self._signature:
+            return False
+        self._signature = tuple(signature)
+        return True
+
+
 class ApiKeyStore:
     """An API-key file (`load_api_keys`), re-read (at most once a second) when it changes, so
     a robot removed from it is refused on its next request. A missing or unreadable file
@@ -178,27 +207,17 @@ class ApiKeyStore:
         self.path = Path(path) if path else None
         self.scheme = scheme.lower()
         self._tokens: dict[str, str] = {}
-        self._signature: Any = ()
-        self._checked = 0.0
-        self._reload(force=True)
+        self._watch = FileWatch(lambda: [self.path] if self.path else [])
+        self._reload()
         if not self._tokens:
             log.warning("no robot keys in %s: every request is refused", self.path)
 
-    def _reload(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._checked < API_KEYS_RELOAD_S:
+    def _reload(self) -> None:
+        if not self._watch.changed():
             return
-        self._checked = now
         try:
-            stat = self.path.stat() if self.path else None
-        except OSError:
-            stat = None
-        signature = (stat.st_mtime_ns, stat.st_size) if stat else None
-        if not force and signature == self._signature:
-            return
-        self._signature = signature
-        try:
-            self._tokens = load_api_keys(self.path) if signature else {}
+            exists = self.path is not None and self.path.exists()
+            self._tokens = load_api_keys(self.path) if exists else {}
         except (OSError, ValueError) as exc:
             log.error("API-key file refused, every request is refused until fixed: %s", exc)
             self._tokens = {}

@@ -36,6 +36,7 @@ from vla_runtime.engine.remote.protocol import (
     RemoteUnavailable,
     mode_from_wire,
     mode_to_wire,
+    pinned,
     spec_hash,
 )
 
@@ -221,17 +222,10 @@ class OpenpiPolicy:
             raise RemoteError(f"{self.url} sent no metadata map: not an openpi server")
         try:
             spec, identity, ours = self._identify(metadata)
-        except RemoteError:
+            self.pinned_identity = pinned(self.pinned_identity, identity, self.url)
+        except RemoteError:  # RemoteRejected too
             ws.close()
             raise
-        if self.pinned_identity is None:
-            self.pinned_identity = identity
-        elif identity != self.pinned_identity:
-            ws.close()
-            raise RemoteRejected(
-                f"{self.url} now serves {identity}, not the pinned {self.pinned_identity}: "
-                "refusing it"
-            )
         self._ws, self._spec, self._ours, self.server_metadata = ws, spec, ours, metadata
 
     def _identify(self, metadata: dict) -> tuple[PolicySpec, str, bool]:

@@ -134,10 +134,6 @@ class OpenpiServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    @property
-    def client_count(self) -> int:
-        return self._connected
-
     # -- connections -----------------------------------------------------------------------
 
     def _admit(self, connection: ServerConnection, request):

@@ -39,6 +39,16 @@ def spec_hash(spec: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def pinned(previous: str | None, served: str, endpoint: str) -> str:
+    """Trust on first use: the server identity to keep (`served` the first time); a server that
+    later serves something else is refused (RemoteRejected)."""
+    if previous is not None and served != previous:
+        raise RemoteRejected(
+            f"{endpoint} now serves {served}, not the pinned {previous}: refusing it"
+        )
+    return served
+
+
 def ok_reply(request_id, **body) -> dict:
     return {"v": wire.PROTOCOL_VERSION, "id": request_id, "ok": True, **body}
 

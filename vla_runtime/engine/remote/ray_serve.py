@@ -103,7 +103,6 @@ class PolicyReplica:
         self._errors = itertools.count(1)
         self._compute = asyncio.Lock()
         self.replica_id = _replica_id()
-        self.counters = {"served": 0, "batches": 0, "batched": 0}
         self._batch = None
         if max_batch_size > 1:
             self._batch = import_serve().batch(
@@ -145,10 +144,6 @@ class PolicyReplica:
         reply["replica"] = self.replica_id
         return reply
 
-    def stats(self) -> dict:
-        return {**self.counters, "sessions": len(self._sessions),
-                "evicted": self._sessions.evicted, "replica": self.replica_id}  # fmt: skip
-
     async def _handle(self, robot: str, request: dict, arrived: float) -> dict:
         request_id = request.get("id")
         if request.get("v") != wire.PROTOCOL_VERSION:
@@ -181,7 +176,6 @@ class PolicyReplica:
                 infer_ms = (time.perf_counter() - started) * 1e3
         if isinstance(chunk, PolicyError):
             return error_reply(request_id, "policy", str(chunk))
-        self.counters["served"] += 1
         applied = mode if chunk.mode == FULL_COMPUTE and full else chunk.mode
         return ok_reply(
             request_id,
@@ -202,8 +196,6 @@ class PolicyReplica:
             # next batch queue up in full while this one runs.
             results = infer_batch(self.policy, [o for _, o in items], [s.policy for s, _ in items])
             infer_ms = (time.perf_counter() - started) * 1e3
-        self.counters["batches"] += 1
-        self.counters["batched"] += len(items)
         return [(result, started, infer_ms) for result in results]
 
     def _hello(self, robot: str, request: dict) -> dict:

@@ -30,6 +30,7 @@ from vla_runtime.engine.policy import PolicyError
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.keys import (
     ROBOT_NAME,
+    FileWatch,
     allowed_robots,
     is_loopback,
 )
@@ -52,7 +53,6 @@ from vla_runtime.engine.remote.sessions import (
 
 log = logging.getLogger(__name__)
 
-ALLOW_LIST_RELOAD_S = 1.0
 PEER_QUEUE_DEPTH = 4  # messages libzmq buffers per connected peer (RCVHWM)
 
 
@@ -108,8 +108,6 @@ class PolicyServer:
         self._auth = None
         self._allow_list: Path | None = None
         self._allowed: dict[str, str] = {}
-        self._allow_signature: tuple = ()
-        self._allow_checked = 0.0
         self._socket = self._ctx.socket(zmq.ROUTER)
         self._socket.linger = 0
         self._socket.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
@@ -129,7 +127,10 @@ class PolicyServer:
         self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
         self._auth.start()
         self._allow_list = Path(authorized_clients) if authorized_clients else None
-        self._reload_allow_list(force=True)
+        self._allow_watch = FileWatch(
+            lambda: self._allow_list.glob("*.key") if self._allow_list else []
+        )
+        self._reload_allow_list()
         self._auth.configure_curve_callback(domain="*", credentials_provider=self)
         if not self._allowed:
             log.warning(
@@ -141,17 +142,10 @@ class PolicyServer:
         self._socket.curve_publickey = zmq.curve_public(secret)
         self._socket.curve_server = True
 
-    def _reload_allow_list(self, force: bool = False) -> None:
-        """Re-read the allow-list when its files changed (at most once a second)."""
-        now = time.monotonic()
-        if self._auth is None or (not force and now - self._allow_checked < ALLOW_LIST_RELOAD_S):
+    def _reload_allow_list(self) -> None:
+        """Re-read the allow-list when its files changed (looked at once a second)."""
+        if self._auth is None or not self._allow_watch.changed():
             return
-        self._allow_checked = now
-        files = sorted(self._allow_list.glob("*.key")) if self._allow_list else []
-        signature = tuple((p.name, p.stat().st_mtime_ns) for p in files if p.exists())
-        if not force and signature == self._allow_signature:
-            return
-        self._allow_signature = signature
         self._allowed = allowed_robots(self._allow_list) if self._allow_list else {}
         for robot in [r for r in self._sessions if r not in self._allowed.values()]:
             self._drop_session(robot)
