@@ -115,7 +115,7 @@ def _bench(args: argparse.Namespace) -> int:
 DATA_COMMANDS = {
     "collect": ("vla_runtime.data.collect", "collect_main"),
     "record": ("vla_runtime.data.record", "record_main"),
-    "train": ("vla_runtime.data.train", "train_main"),
+    "train": ("vla_runtime.data.train_cli", "train_main"),
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
     "serve": ("vla_runtime.engine.remote.serve_cli", "serve_main"),
 }

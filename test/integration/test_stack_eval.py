@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import matplotlib.pyplot as plt
 import pytest
 
 pytestmark = pytest.mark.timeout(600)
@@ -19,7 +20,8 @@ def test_a_run_that_executed_no_chunk_exits_non_zero_with_the_reason(tmp_path):
     # so each one is judged stale and nothing reaches the arm.
     proc = subprocess.run(
         [sys.executable, "-m", "vla_runtime.cli", "eval", "--task", "reach", "--episodes", "1",
-         "--out", str(out), "--set", "inference_delay:=2.0", "--json", "--no-progress"],
+         "--out", str(out), "--set", "inference_delay:=2.0", "--json", "--no-progress",
+         "--report", str(tmp_path / "report")],
         capture_output=True, text=True, timeout=580, env={**os.environ, "MUJOCO_GL": "egl"},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -31,6 +33,13 @@ def test_a_run_that_executed_no_chunk_exits_non_zero_with_the_reason(tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["seed"] for r in records] == [90000]
     assert records[0]["outcome"] == "timeout"
+    # The report shows the same run: every plot on the page is a real image.
+    page = (tmp_path / "report" / "index.html").read_text()
+    for name in ("outcomes.png", "latency.png", "joints.png"):
+        assert f'src="{name}"' in page
+        image = plt.imread(tmp_path / "report" / name)
+        assert image.shape[0] > 200 and image.std() > 0.01, name
+    assert json.loads((tmp_path / "report" / "summary.json").read_text())["episodes"] == 1
 
 
 @pytest.mark.integration

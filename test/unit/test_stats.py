@@ -1,6 +1,6 @@
 import pytest
 
-from vla_runtime.core.stats import RateMeter, Reservoir, summarize
+from vla_runtime.core.stats import RateMeter, Reservoir, summarize, wilson_interval
 
 
 def test_summarize_exact_figures():
@@ -93,3 +93,14 @@ def test_reservoir_is_reproducible_and_rejects_bad_input():
         a.add(float("inf"))
     with pytest.raises(ValueError):
         Reservoir(capacity=0)
+
+
+def test_wilson_interval_matches_textbook_values():
+    # Newcombe (1998), Table I: 81/263 -> 0.2553-0.3662; 15/148 -> 0.0624-0.1605; 0/10 -> 0-0.2775
+    for (k, n), (low, high) in {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605),
+                                (0, 10): (0.0, 0.2775)}.items():  # fmt: skip
+        assert wilson_interval(k, n) == pytest.approx((low, high), abs=5e-5)
+    low, high = wilson_interval(10, 10)
+    assert high == 1.0 and low == pytest.approx(0.7225, abs=5e-5)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

@@ -88,7 +88,7 @@ def test_fine_tuning_into_joint_deltas_keeps_the_weights(tmp_path):
 
 
 def test_train_records_the_recommended_noise_scale_in_the_shipped_copy(tmp_path):
-    from vla_runtime.data.train import train_main
+    from vla_runtime.data.train_cli import train_main
 
     data, out, ship = tmp_path / "data", tmp_path / "ckpt", tmp_path / "ship"
     _dataset(data, env_state=False)

@@ -5,6 +5,8 @@
   receipts or the newest few.
 - `Reservoir`: a bounded, uniformly sampled set of latency samples whose n, max and mean
   stay exact over everything seen, so a long run keeps constant memory.
+- `wilson_interval(successes, n)`: a confidence interval for a success rate that stays inside
+  [0, 1] and is honest at 0/n and n/n, where the normal approximation is not.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Iterable
+from statistics import NormalDist
 
 import numpy as np
 
@@ -103,3 +106,14 @@ class Reservoir:
         if self.seen:
             result.update(n=self.seen, max=self._max, mean=self._sum / self.seen)
         return result
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for `successes` out of `n` Bernoulli trials."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: need 0 <= successes <= n, n > 0; got {successes}/{n}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -303,6 +303,8 @@ def eval_main(argv: list[str] | None = None) -> int:
     stack.add_argument("--out", help="per-episode JSONL (default runs/eval_<task>.jsonl)")
     stack.add_argument("--resume", action="store_true", help="skip seeds already in --out")
     stack.add_argument("--plot", help="PNG of commanded vs measured joints and verdicts")
+    stack.add_argument("--report", metavar="DIR",
+                       help="plots (latency, outcomes, joints) and an HTML page")  # fmt: skip
     stack.add_argument("--quiet", action="store_true", help="no per-episode lines")
     lockstep = parser.add_argument_group("jtc / inprocess (ablations)")
     lockstep.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
@@ -352,6 +354,7 @@ def eval_main(argv: list[str] | None = None) -> int:
             summary = stack_eval.eval_stack(
                 args.task, args.episodes, args.seed, overrides, out, args.resume,
                 not args.no_progress, Path(args.plot) if args.plot else None, show,
+                Path(args.report) if args.report else None,
             )  # fmt: skip
         except StackError as exc:
             print(f"vla-runtime eval: {exc}", file=sys.stderr)
@@ -365,6 +368,8 @@ def eval_main(argv: list[str] | None = None) -> int:
             print(f"vla-runtime eval: FAILED: {reason}", file=sys.stderr)
             return 1
         return 0
+    if args.report:
+        parser.error("--report: the plots are of the product path (--via stack)")
     if args.via == "inprocess":
         summary = evaluate_in_process(
             args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,

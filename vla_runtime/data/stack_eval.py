@@ -35,6 +35,7 @@ from tqdm import tqdm
 from vla_runtime.core import topics
 from vla_runtime.core.rates import CONTROL_PERIOD_S
 from vla_runtime.core.robot import load_robot
+from vla_runtime.data.eval_report import write_eval_report
 from vla_runtime.data.stack_plot import plot_run
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
 from vla_runtime.ros.messages import to_seconds
@@ -496,11 +497,15 @@ def eval_stack(
     progress: bool = True,
     plot: Path | None = None,
     printer=None,
+    report: Path | None = None,
 ) -> dict:
     """Run `episodes` episodes (seeds seed, seed+1, ...) through the sim stack resolved with
-    `overrides`; returns the summary. Episodes stream to `out` (JSONL)."""
+    `overrides`; returns the summary. Episodes stream to `out` (JSONL); `report` receives the
+    plots and an HTML page (data/eval_report.py)."""
 
     stack = resolve_stack("sim", {**overrides, "task": task, "policy": True})
+    if report is not None and plot is None:
+        plot = report / "joints.png"
     done: dict[int, EpisodeRecord] = {}
     if out is not None and resume and out.exists():
         for line in out.read_text().splitlines():
@@ -558,9 +563,13 @@ def eval_stack(
         "overrides": {k: v for k, v in overrides.items() if k != "checkpoint"},
         "realtime": True,
         **({"jsonl": str(out)} if out is not None else {}),
-        **({"plot": str(plot)} if plot is not None else {}),
+        **({"plot": str(plot)} if plot is not None and motion else {}),
     }
-    return summarise(task, records, settings)
+    summary = summarise(task, records, settings)
+    if report is not None:
+        page = write_eval_report(report, summary, records, format_summary(summary))
+        summary["report"] = str(page)
+    return summary
 
 
 def stack_arg(stack: Stack, node: str, key: str):

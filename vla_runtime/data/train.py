@@ -11,11 +11,9 @@ command, seed, data and timings.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +23,6 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from vla_runtime.core.help_text import help_summary
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 from vla_runtime.engine.checkpoint import (
     SPEC,
@@ -302,12 +299,13 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             losses.append(loss.item())
+            # The loss shown is the mean of the last 50 steps, updated every step; tqdm
+            # redraws at most ten times a second.
+            postfix = {"loss": f"{np.mean(losses[-50:]):.4f}"}
+            if aux_losses:
+                postfix["aux"] = f"{np.mean(aux_losses[-50:]):.4f}"
+            bar.set_postfix(postfix, refresh=False)
             bar.update(1)
-            if step % 20 == 0:
-                postfix = {"loss": f"{np.mean(losses[-50:]):.4f}"}
-                if aux_losses:
-                    postfix["aux"] = f"{np.mean(aux_losses[-50:]):.4f}"
-                bar.set_postfix(postfix)
             if (step + 1) % save_every == 0:
                 save(step + 1, elapsed0 + time.perf_counter() - t0)
         step = steps
@@ -363,59 +361,3 @@ def export_compact(checkpoint_dir: str | Path, out: str | Path) -> Path:
         if (source / name).is_file():
             shutil.copyfile(source / name, out / name)
     return out
-
-
-def train_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-runtime train", description=help_summary(__doc__))
-    parser.add_argument("--data", action="append", required=True, help="dataset dir (repeatable)")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--out", required=True, help="checkpoint directory (resumed if present)")
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--save-every", type=int, default=500)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--include-failed", action="store_true", help="train on failed too")
-    parser.add_argument(
-        "--state-noise", type=float, default=0.0, help="std (rad) added to arm joint states"
-    )
-    parser.add_argument(
-        "--aux-weight",
-        type=float,
-        default=1.0,
-        help="weight of the privileged-state auxiliary loss (datasets with env state; 0: off)",
-    )
-    parser.add_argument(
-        "--action-space",
-        choices=[ActionSpace.JOINT_POSITIONS.value, ActionSpace.JOINT_DELTAS.value],
-        default=ActionSpace.JOINT_POSITIONS.value,
-        help="arm actions as absolute joint positions or deltas from the measured state",
-    )
-    parser.add_argument("--init", help="start from this checkpoint's weights (fine-tune)")
-    parser.add_argument("--ship", help="also write a compact float16 copy here")
-    parser.add_argument(
-        "--noise-scale",
-        type=float,
-        help="flow start noise the checkpoint recommends at run time (0: deterministic)",
-    )
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    if args.noise_scale is not None and not 0.0 <= args.noise_scale <= 1.0:
-        parser.error(f"--noise-scale must be in [0, 1], got {args.noise_scale}")
-    command = "vla-runtime train " + " ".join(sys.argv[1:] if argv is None else argv)
-    summary = train(
-        args.data, args.out, args.preset, args.steps, args.batch_size, args.lr, args.seed,
-        args.save_every, args.include_failed, args.threads, not args.no_progress, command,
-        args.state_noise, args.aux_weight, args.action_space, args.init,
-        None if args.noise_scale is None else {"noise_scale": args.noise_scale},
-    )  # fmt: skip
-    complete = summary["completed_steps"] == args.steps
-    if args.ship and complete:
-        summary["shipped"] = str(export_compact(args.out, args.ship))
-    print(json.dumps(summary))
-    return 0 if complete else 130
-
-
-if __name__ == "__main__":
-    sys.exit(train_main())
