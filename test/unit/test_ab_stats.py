@@ -11,6 +11,7 @@ from vla_runtime.core.ab_stats import (
     mann_whitney_p,
     mcnemar_exact_p,
     newcombe_difference,
+    rms_jerk,
 )
 
 
@@ -73,3 +74,10 @@ def test_sprt_keeps_its_stated_error_rates_on_simulated_bernoulli_streams():
 def test_sprt_refuses_meaningless_settings():
     with pytest.raises(ValueError):
         PairedSprt(effect=0.6)
+
+
+def test_rms_jerk_of_a_cubic_is_its_constant_third_derivative():
+    t = np.linspace(0.0, 2.0, 201)
+    q = np.stack([0.5 * t**3, -t**3 / 6 + t], axis=1)  # jerk 3 and -1 rad/s^3
+    assert rms_jerk(t, q) == pytest.approx(np.sqrt((9 + 1) / 2), rel=1e-3)
+    assert rms_jerk(t[:3], q[:3]) is None

@@ -109,3 +109,18 @@ class PairedSprt:
         if for_a <= lower and for_b <= lower:
             return "no_difference"
         return None
+
+
+def rms_jerk(t, q) -> float | None:
+    """Root-mean-square jerk (rad/s^3, over joints and samples) of a sampled joint trajectory
+    `q` (N, J) at times `t` (N,): how smooth the arm was asked to move."""
+    t, q = np.asarray(t, dtype=float), np.asarray(q, dtype=float)
+    keep = np.concatenate([[True], np.diff(t) > 1e-6])  # repeated stamps carry no new sample
+    t, q = t[keep], q[keep]
+    if t.size < 9:
+        return None
+    jerk = q
+    for _ in range(3):
+        jerk = np.gradient(jerk, t, axis=0)
+    # One-sided differences at the ends spread one sample inwards per derivative.
+    return float(np.sqrt(np.mean(jerk[3:-3] ** 2)))
