@@ -14,6 +14,11 @@ from vla_runtime.testing.recorder import Recorder, json_data
 
 ARM = [f"fr3_joint{i}" for i in range(1, 8)]
 HOME = np.array([0.0, -np.pi / 4, 0.0, -3 * np.pi / 4, 0.0, np.pi / 2, np.pi / 4])
+UR = [
+    "shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_1_joint", "wrist_2_joint",
+    "wrist_3_joint",
+]  # fmt: skip
+UR_HOME = np.array([0.0, -np.pi / 2, np.pi / 2, -np.pi / 2, -np.pi / 2, 0.0])
 
 
 def start_launcher(*args: str, stack: str = "sim") -> tuple[subprocess.Popen, int]:
@@ -43,9 +48,11 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 
 class Probe(Recorder):
     """A test-side recorder on the launched stack's domain (sim time): the arm's joints, driver
-    events; sends trajectories to the arm controller."""
+    events; sends trajectories to the arm controller (`jtc`: its name, under `namespace`)."""
 
-    def __init__(self, domain_id: int):
+    joints = ARM
+
+    def __init__(self, domain_id: int, jtc: str = "fr3_arm_controller", namespace: str = ""):
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
         from trajectory_msgs.msg import JointTrajectory
@@ -54,14 +61,22 @@ class Probe(Recorder):
         super().__init__("launch_probe", domain_id=domain_id, use_sim_time=True)
         self.q: np.ndarray | None = None
         self.events = self.record(String, "/vla/driver/events", 10, json_data, stamped=False)
-        self.node.create_subscription(JointState, "/joint_states", self._on_state, 10)
+        self.node.create_subscription(JointState, f"{namespace}/joint_states", self._on_state, 10)
         self.jtc = self.node.create_publisher(
-            JointTrajectory, "/fr3_arm_controller/joint_trajectory", 10
+            JointTrajectory, f"{namespace}/{jtc}/joint_trajectory", 10
         )
 
     def _on_state(self, msg) -> None:
         index = {n: i for i, n in enumerate(msg.name)}
-        self.q = np.array([msg.position[index[n]] for n in ARM])
+        self.q = np.array([msg.position[index[n]] for n in self.joints])
+
+    def moves_to(self, goal: np.ndarray, seconds: float = 2.0) -> bool:
+        """Send a trajectory from the current position to `goal` and report whether the arm
+        is there (1 cm) after it ends."""
+        start = self.q.copy()
+        self.send(self.joints, [(seconds / 2, start + (goal - start) / 2), (seconds, goal)])
+        self.spin_sim_seconds(seconds + 1.5)
+        return bool(np.max(np.abs(self.q - goal)) < 0.01)
 
     def spin_sim_seconds(self, seconds: float, timeout: float = 60.0) -> None:
         # Until /clock arrives (it is discovered separately from /joint_states) sim time reads 0.
@@ -81,3 +96,12 @@ class Probe(Recorder):
             msg.points.append(point)
         assert self.wait(lambda: self.jtc.get_subscription_count() > 0, 60), "no driver"
         self.jtc.publish(msg)
+
+
+class URProbe(Probe):
+    """Probe of the simulated UR5e: UR joint names, a JointTrajectoryController of UR's."""
+
+    joints = UR
+
+    def __init__(self, domain_id: int, jtc: str = "scaled_joint_trajectory_controller"):
+        super().__init__(domain_id, jtc)

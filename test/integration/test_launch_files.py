@@ -15,7 +15,7 @@ from launch.launch_description_sources import (  # noqa: E402
 )
 from launch_ros.actions import Node  # noqa: E402
 
-from vla_runtime.stack.resolver import resolve_stack  # noqa: E402
+from vla_runtime.stack.resolver import coerce_scalar, resolve_stack  # noqa: E402
 
 LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
 
@@ -30,6 +30,17 @@ LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
         ("franka", {"use_sim": "true"}),
         ("ur", {}),
         ("ur", {"use_sim": "true"}),
+        # the vendors' argument names (docs/bringup.md)
+        ("franka", {"use_fake_hardware": "true", "load_gripper": "true", "arm_id": "fr3"}),
+        ("franka", {"policy": "true", "checkpoint": "c", "namespace": "left"}),
+        (
+            "ur",
+            {
+                "use_mock_hardware": "true",
+                "initial_joint_controller": "joint_trajectory_controller",
+            },
+        ),
+        ("ur", {"launch_rviz": "true"}),
     ],
 )
 def test_launch_file_starts_the_stack_nodes(stack, arguments):
@@ -37,7 +48,7 @@ def test_launch_file_starts_the_stack_nodes(stack, arguments):
         str(LAUNCH_DIR / f"{stack}.launch.py")
     )
     declared = {a.name for a in description.get_launch_arguments()}
-    expected = resolve_stack(stack, {k: v for k, v in arguments.items()})
+    expected = resolve_stack(stack, {k: coerce_scalar(v) for k, v in arguments.items()})
     context = launch.LaunchContext()
     for action in description.entities:
         if not isinstance(action, OpaqueFunction):

@@ -4,40 +4,23 @@
 
 from __future__ import annotations
 
-import math
 import signal
 
 import numpy as np
 import pytest
-from stack_probe import Probe, finish, start_launcher
+from stack_probe import UR, UR_HOME, URProbe, finish, start_launcher
 
 pytestmark = pytest.mark.integration
-
-UR = [
-    "shoulder_pan_joint", "shoulder_lift_joint", "elbow_joint", "wrist_1_joint", "wrist_2_joint",
-    "wrist_3_joint",
-]  # fmt: skip
-UR_HOME = np.array([0.0, -math.pi / 2, math.pi / 2, -math.pi / 2, -math.pi / 2, 0.0])
-
-
-class URProbe(Probe):
-    def _on_state(self, msg) -> None:
-        index = {n: i for i, n in enumerate(msg.name)}
-        self.q = np.array([msg.position[index[n]] for n in UR])
 
 
 def test_ur_sim_stack_follows_the_ur_driver_topics():
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
-    from trajectory_msgs.msg import JointTrajectory
 
     proc, domain = start_launcher("--duration", "300", "use_sim:=true", stack="ur")
     probe = None
     try:
         probe = URProbe(domain)
-        probe.jtc = probe.node.create_publisher(
-            JointTrajectory, "/scaled_joint_trajectory_controller/joint_trajectory", 10
-        )
         forward = probe.node.create_publisher(
             Float64MultiArray, "/forward_position_controller/commands", 10
         )

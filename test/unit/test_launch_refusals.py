@@ -3,6 +3,8 @@ anything (one line, exit 2); in simulation it only warns."""
 
 from __future__ import annotations
 
+import pytest
+
 from vla_runtime.cli import main
 
 
@@ -11,3 +13,28 @@ def test_checkpoint_less_policy_is_refused_on_a_real_arm(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "without checkpoint:=DIR would drive a real arm" in err[0]
     assert main(["launch", "ur", "policy:=true"]) == 2
+
+
+@pytest.mark.parametrize(
+    "arguments, reason",
+    [
+        (["franka", "arm_id:=fer", "robot_type:=fr3"], "disagree (both set robot_type)"),
+        (["franka", "robot_type:=fp3"], "no FP3 description"),
+        (["franka", "arm_id:=fr3v2"], "no FR3v2 description"),
+        (["franka", "use_fake_hardware:=true", "arm_id:=fer"], "models only the FR3"),
+        (["franka", "fake_sensor_commands:=true"], "only with fake hardware"),
+        (["franka", "arm_prefix:=left_"], "joint-name prefixes are not supported"),
+        (["franka", "namespace:=2arms"], "is no ROS namespace"),
+        (["ur", "mock_sensor_commands:=true"], "only with mock hardware"),
+        (
+            ["ur", "initial_joint_controller:=forward_velocity_controller"],
+            "streams joint positions",
+        ),
+        (["ur", "tf_prefix:=left_"], "joint-name prefixes are not supported"),
+        (["ur", "use_mock_hardware:=true", "use_sim:=false"], "disagree (both set use_sim)"),
+    ],
+)
+def test_vendor_arguments_that_cannot_run_are_refused_in_one_line(capsys, arguments, reason):
+    assert main(["launch", *arguments]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: stack ") and reason in err[0]

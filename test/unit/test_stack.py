@@ -86,8 +86,8 @@ def test_franka_switches_between_sim_and_devices():
 def test_unknown_argument_and_refused_combination_are_clear_errors():
     with pytest.raises(StackError, match="no argument"):
         resolve_stack("sim", {"not_an_arg": 1})
-    with pytest.raises(StackError, match="mock hardware is ur_robot_driver's own argument"):
-        resolve_stack("ur", {"use_mock_hardware": True})
+    with pytest.raises(StackError, match="joint-name prefixes are not supported"):
+        resolve_stack("ur", {"tf_prefix": "left_"})
     with pytest.raises(StackError, match="no stack 'nope'"):
         resolve_stack("nope")
 

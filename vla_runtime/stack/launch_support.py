@@ -7,7 +7,7 @@ package imports this module, so pip-only hosts never need them.
 from __future__ import annotations
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction
 from launch_ros.actions import Node
 
 from vla_runtime.stack.resolver import coerce_scalar, load_stack_file, resolve_stack
@@ -17,27 +17,33 @@ def stack_launch_description(stack_name: str) -> LaunchDescription:
     """Declare the stack's arguments (`name:=value`) and start its nodes once they are known."""
     _, raw = load_stack_file(stack_name)
     declared = raw.get("arguments") or {}
+    # An alias (a vendor's name of an argument) shows the default of the argument it sets.
+    defaults = {name: _launch_text(_default(declared, name)) for name in declared}
     actions = [
         DeclareLaunchArgument(
             name,
-            default_value=_launch_text((spec or {}).get("default")),
+            default_value=defaults[name],
             description=str((spec or {}).get("description", "")),
         )
         for name, spec in declared.items()
     ]
 
     def start_nodes(context, *_args, **_kwargs):
+        # Only the arguments given: a declared default is the stack's own, so that an alias and
+        # the argument it sets do not both appear given, and derived defaults stay derived.
         overrides = {
             name: coerce_scalar(context.launch_configurations[name])
             for name in declared
-            if name in context.launch_configurations
+            if context.launch_configurations.get(name, defaults[name]) != defaults[name]
         }
         stack = resolve_stack(stack_name, overrides)
-        return [
+        notes = [LogInfo(msg=note) for note in stack.notes]
+        return notes + [
             Node(
                 package="vla_runtime",
                 executable=node.executable,
                 name=node.name,
+                namespace=node.namespace,
                 parameters=[node.parameters],
                 remappings=list(node.remappings),
                 output="screen",
@@ -49,6 +55,12 @@ def stack_launch_description(stack_name: str) -> LaunchDescription:
 
     actions.append(OpaqueFunction(function=start_nodes))
     return LaunchDescription(actions)
+
+
+def _default(declared: dict, name: str):
+    spec = declared[name] or {}
+    target = spec.get("alias_of")
+    return (declared.get(target) or {}).get("default") if target else spec.get("default")
 
 
 def _launch_text(value) -> str:

@@ -8,7 +8,11 @@ Format::
     description: text
     arguments:                       # launch arguments, overridable as name:=value
       use_sim: {default: true, description: text}
+      use_fake_hardware: {alias_of: use_sim}  # another name of an argument (a vendor's)
+      mode: {default: $(arg derived)}  # a default may name variables (resolved after them)
     variables: {robot: $(arg robot_type)}  # derived values, usable as $(arg robot)
+    variables:                       # or a lookup: the value must be one of the choices
+      robot: {value: $(arg robot_type), choices: {fer: panda, fr3: fr3}, message: why}
     include: [parts/policy.yaml]     # append the nodes, arguments and report topics of a part
     use_sim_time: $(arg use_sim)     # added to every node's parameters unless it sets its own
     nodes:
@@ -21,8 +25,14 @@ Format::
         parameters: {robot: $(arg robot), seed: 0}
         remappings: {/from: /to}
         nice: 5                      # optional: lower the process's CPU priority
+    remappings: {/from: /to}         # optional: remaps of every node (its own ones win)
+    namespace:                       # optional: put every node under the namespace that an
+      argument: namespace            # argument names (normalised to "" or "/a/b"), and
+      topics: [/joint_states]        # these topics too (remapped; report topics as well)
     refuse:                          # optional: argument combinations that cannot run
-      - {if: use_sim, message: why not}
+      - {if: use_sim, message: why not}   # conditions as a node's, on arguments only
+    notes:                           # optional: one line printed at start when conditions hold
+      - {if: launch_rviz, message: text}
     report:
       topics:                        # topics the run monitor measures
         - /joint_states
@@ -43,6 +53,7 @@ from vla_runtime.core.paths import config_dir
 _ARG = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
 _EQUALS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(.*?)\s*")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", ""}
+_NAMESPACE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class StackError(ValueError):
@@ -56,6 +67,7 @@ class NodeSpec:
     parameters: dict[str, Any] = field(default_factory=dict)
     remappings: tuple[tuple[str, str], ...] = ()
     nice: int = 0  # scheduling niceness added to the process (-20..19)
+    namespace: str = ""  # "" or "/a/b"
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Stack:
     nodes: tuple[NodeSpec, ...]
     report_topics: tuple[str, ...]
     use_sim_time: bool
+    notes: tuple[str, ...] = ()  # lines to show the user at start (not errors)
 
 
 def parse_bool(value: Any, what: str = "value") -> bool:
@@ -113,10 +126,14 @@ def _flag(name: str, args: dict[str, Any]) -> bool:
 
 
 def _holds(condition: str, args: dict[str, Any]) -> bool:
-    """One condition: the name of a true/false argument, or `name == value` (its text)."""
+    """One condition: the name of a true/false argument, or `name == value` (its text; `''` is
+    the empty text)."""
     compared = _EQUALS.fullmatch(condition)
     if compared:
-        return str(_lookup(compared.group(1), args)) == compared.group(2)
+        expected = compared.group(2)
+        if expected in ("''", '""'):  # the empty text, spelled so that YAML keeps it
+            expected = ""
+        return str(_lookup(compared.group(1), args)) == expected
     return _flag(condition, args)
 
 
@@ -187,26 +204,123 @@ def _typed_like(default: Any, value: Any, what: str) -> Any:
     return value
 
 
-def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Stack:
-    """Load a stack and resolve arguments, conditions and substitutions into node specs."""
-    name, raw = load_stack_file(name_or_path)
-    declared = raw.get("arguments") or {}
-    overrides = dict(overrides or {})
+def _arguments(
+    name: str, declared: dict, overrides: dict
+) -> tuple[dict[str, Any], dict[str, str], set[str]]:
+    """Argument values (defaults, then the overrides typed like them), the aliases and the
+    arguments given. An alias sets the argument it names; two names of one argument given
+    different values are refused."""
+    aliases = {k: v["alias_of"] for k, v in declared.items() if "alias_of" in (v or {})}
+    for alias, target in aliases.items():
+        if target not in declared or target in aliases:
+            raise StackError(f"stack {name!r}: {alias} is an alias of {target!r}, "
+                             "which is no (plain) argument")  # fmt: skip
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
         raise StackError(
             f"stack {name!r} has no argument(s) {unknown}; it takes {sorted(declared)}"
         )
-    args = {k: (v or {}).get("default") for k, v in declared.items()}
+    args = {k: (v or {}).get("default") for k, v in declared.items() if k not in aliases}
+    given: dict[str, tuple[str, Any]] = {}
     for key, value in overrides.items():
-        args[key] = _typed_like(args[key], value, f"stack {name!r} argument {key}")
-    for key, value in (raw.get("variables") or {}).items():
-        if key in args:
-            raise StackError(f"stack {name!r}: variable {key!r} shadows an argument")
-        args[key] = substitute(value, args)
+        target = aliases.get(key, key)
+        typed = _typed_like(args[target], value, f"stack {name!r} argument {key}")
+        if target in given and given[target][1] != typed:
+            other, other_value = given[target]
+            raise StackError(f"stack {name!r}: {other}:={_text(other_value)} and "
+                             f"{key}:={_text(typed)} disagree (both set {target})")  # fmt: skip
+        given[target] = (key, typed)
+        args[target] = typed
+    return args, aliases, set(given)
+
+
+def _namespace(name: str, value: Any) -> str:
+    """A ROS namespace as given (`left`, `/left/`, `a/b`) normalised to "/left", or ""."""
+    text = str(value).strip().strip("/")
+    tokens = text.split("/") if text else []
+    if not all(_NAMESPACE_TOKEN.fullmatch(t) for t in tokens):
+        raise StackError(f"stack {name!r}: namespace {value!r} is no ROS namespace (names of "
+                         "letters, digits and underscores, not starting with a digit)")  # fmt: skip
+    return "".join(f"/{t}" for t in tokens)
+
+
+def _variable(name: str, key: str, spec: Any, args: dict[str, Any]) -> Any:
+    """A variable: a substitution, or a lookup of one among `choices`."""
+    if not isinstance(spec, dict):
+        return substitute(spec, args)
+    if "value" not in spec or not isinstance(spec.get("choices"), dict):
+        raise StackError(f"stack {name!r}: variable {key!r} needs `value` and `choices`")
+    value = str(substitute(spec["value"], args))
+    if value not in spec["choices"]:
+        source = _ARG.fullmatch(str(spec["value"]).strip())
+        what = source.group(1) if source else key
+        why = f" ({spec['message']})" if spec.get("message") else ""
+        raise StackError(f"stack {name!r}: {what} must be one of {sorted(spec['choices'])}, "
+                         f"got {value!r}{why}")  # fmt: skip
+    return spec["choices"][value]
+
+
+def _text(value: Any) -> str:
+    """A value as written on the command line (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _conditions_text(entry: dict, args: dict[str, Any]) -> str:
+    """The arguments a rule's conditions name, as given: use_sim:=true, tf_prefix:=a_."""
+    names = []
+    for condition in _names(entry.get("if")) + _names(entry.get("unless")):
+        compared = _EQUALS.fullmatch(condition)
+        names.append(compared.group(1) if compared else condition)
+    return " ".join(f"{n}:={_text(args[n])}" for n in dict.fromkeys(names))
+
+
+def _remappings(own: dict, stack_wide: dict, namespace: str, namespaced: set[str]):
+    """A node's remaps: its own, the stack's for topics it does not remap itself, and every
+    namespaced topic moved under the namespace (identity remaps dropped)."""
+    remaps = {str(k): str(v) for k, v in own.items()}
+    for src, dst in stack_wide.items():
+        remaps.setdefault(str(src), str(dst))
+    if namespace:
+        remaps = {s: namespace + d if d in namespaced else d for s, d in remaps.items()}
+        for topic in sorted(namespaced):
+            remaps.setdefault(topic, namespace + topic)
+    return tuple((s, d) for s, d in remaps.items() if s != d)
+
+
+def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Stack:
+    """Load a stack and resolve arguments, conditions and substitutions into node specs."""
+    name, raw = load_stack_file(name_or_path)
+    declared = raw.get("arguments") or {}
+    args, aliases, given = _arguments(name, declared, dict(overrides or {}))
+    namespace_spec = raw.get("namespace") or {}
+    namespace_arg = namespace_spec.get("argument")
+    if namespace_arg is not None:
+        args[namespace_arg] = _namespace(name, _lookup(namespace_arg, args))
+    for alias, target in aliases.items():
+        args[alias] = args[target]
     for rule in raw.get("refuse") or []:
-        if parse_bool(_lookup(rule["if"], args), f"argument {rule['if']}"):
-            raise StackError(f"stack {name!r} with {rule['if']}=true: {rule['message']}")
+        if _selected(rule, args):
+            raise StackError(f"stack {name!r} with {_conditions_text(rule, args)}: "
+                             f"{rule['message']}")  # fmt: skip
+    # Defaults that name variables wait for them.
+    derived = {
+        k for k, v in args.items()
+        if k not in given and isinstance(v, str) and _ARG.search(v)
+    }  # fmt: skip
+    for key, spec in (raw.get("variables") or {}).items():
+        if key in declared:
+            raise StackError(f"stack {name!r}: variable {key!r} shadows an argument")
+        args[key] = _variable(name, key, spec, args)
+    for key in derived:
+        args[key] = substitute(args[key], args)
+    for alias, target in aliases.items():
+        args[alias] = args[target]
+    namespace = args[namespace_arg] if namespace_arg is not None else ""
+    namespaced = {str(t) for t in substitute(namespace_spec.get("topics") or [], args) if t}
+    stack_remaps = substitute(raw.get("remappings") or {}, args)
+    notes = tuple(
+        f"note: {entry['message']}" for entry in raw.get("notes") or [] if _selected(entry, args)
+    )
 
     use_sim_time = parse_bool(substitute(raw.get("use_sim_time", False), args), "use_sim_time")
     nodes, seen = [], set()
@@ -221,6 +335,7 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         params = {"use_sim_time": use_sim_time}
         params.update(substitute(entry.get("parameters") or {}, args))
         remaps = substitute(entry.get("remappings") or {}, args)
+        remaps = _remappings(remaps, stack_remaps, namespace, namespaced)
         nice = substitute(entry.get("nice", 0), args)
         if isinstance(nice, bool) or not isinstance(nice, int) or not -20 <= nice <= 19:
             raise StackError(f"stack {name!r} node {entry['name']!r}: nice must be an integer "
@@ -230,8 +345,9 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
                 name=entry["name"],
                 executable=entry["executable"],
                 parameters=params,
-                remappings=tuple((str(k), str(v)) for k, v in remaps.items() if k != v),
+                remappings=remaps,
                 nice=nice,
+                namespace=namespace,
             )
         )
     if not nodes:
@@ -244,7 +360,8 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
             if not _selected(entry, args):
                 continue
             entry = entry["topic"]
-        topics.append(substitute(entry, args))
+        topic = str(substitute(entry, args))
+        topics.append(namespace + topic if topic in namespaced else topic)
     topics = list(dict.fromkeys(topics))
     return Stack(
         name=name,
@@ -253,12 +370,15 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         nodes=tuple(nodes),
         report_topics=tuple(topics),
         use_sim_time=use_sim_time,
+        notes=notes,
     )
 
 
 def ros_arguments(node: NodeSpec, params_file: str) -> list[str]:
     """The `--ros-args` tail that starts `node` as a standalone process."""
     argv = ["--ros-args", "-r", f"__node:={node.name}", "--params-file", params_file]
+    if node.namespace:
+        argv += ["-r", f"__ns:={node.namespace}"]
     for src, dst in node.remappings:
         argv += ["-r", f"{src}:={dst}"]
     return argv
