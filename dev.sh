@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# One script, two commands (see README):
+# One script, three commands (see README):
 #   ./dev.sh run    set everything up, then run 3 reach episodes through the simulated Franka FR3
 #                   stack (cameras, engine, safety, streamer, arm) in real time: per-episode
 #                   success, chunk verdicts, the latency chain, and runs/run.png (commanded vs
 #                   measured joints with the verdict timeline); exits non-zero when the policy
 #                   executed nothing
 #   ./dev.sh test   set everything up, then run the test suite
+#   ./dev.sh lerobot-check
+#                   optional: build .venv-lerobot (Python 3.12, requirements-lerobot.txt: the real
+#                   lerobot and its torch) and round-trip datasets both ways between this runtime
+#                   and lerobot; neither the runtime nor its tests need that environment
 # Set-up is idempotent: system libraries for offscreen rendering (apt), a virtual environment
 # in .venv with the pinned requirements, and this package installed in editable mode.
 set -euo pipefail
@@ -58,8 +62,28 @@ case "${1:-}" in
     setup
     exec python -m pytest -q -p no:cacheprovider test "$@"
     ;;
+  lerobot-check)
+    shift
+    setup
+    # lerobot 0.6.1 needs Python >= 3.12 and torch < 2.12, which the runtime's .venv does not have.
+    lerobot_python=${LEROBOT_PYTHON:-$(pyenv which python3.12 2>/dev/null || command -v python3.12 || true)}
+    [ -n "$lerobot_python" ] || { echo "lerobot-check needs python3.12 (set LEROBOT_PYTHON)" >&2; exit 2; }
+    if [ ! -x .venv-lerobot/bin/python ]; then
+      "$lerobot_python" -m venv .venv-lerobot
+    fi
+    lerobot_stamp=.venv-lerobot/.requirements.sha
+    lerobot_want=$(sha256sum requirements-lerobot.txt | cut -d' ' -f1)
+    if [ "$(cat "$lerobot_stamp" 2>/dev/null)" != "$lerobot_want" ]; then
+      echo "installing requirements-lerobot.txt into .venv-lerobot (torch and lerobot: a few minutes)"
+      .venv-lerobot/bin/python -m pip install -q --upgrade pip
+      .venv-lerobot/bin/python -m pip install -q -r requirements-lerobot.txt
+      echo "$lerobot_want" > "$lerobot_stamp"
+    fi
+    exec python -m vla_runtime.data.lerobot.roundtrip_check \
+      --lerobot-python .venv-lerobot/bin/python "$@"
+    ;;
   *)
-    echo "usage: $0 run | test" >&2
+    echo "usage: $0 run | test | lerobot-check" >&2
     exit 2
     ;;
 esac

@@ -37,12 +37,31 @@ def test_merged_image_stats_keep_the_channel_shape():
     assert merged["min"] == [[[0.0]]] * 3 and merged["max"] == [[[1.0]]] * 3
 
 
-def test_image_stats_sample_at_most_32_frames_but_count_all():
-    frames = np.zeros((100, 2, 2, 3), np.uint8)
-    frames[::3] = 255  # every sampled frame (step 100 // 32 = 3) is white
+def test_image_stats_sample_frames_as_lerobot_does():
+    """lerobot samples ~max(100, n**0.75) evenly spread frames: of 200, every second one (the
+    rounded linspace picks 0, 2, 4, ... here), and counts the sampled frames."""
+    frames = np.zeros((200, 2, 2, 3), np.uint8)
+    picked = np.round(np.linspace(0, 199, 100)).astype(int)
+    frames[picked] = 255
     stats = image_stats(frames)
     np.testing.assert_allclose(stats["mean"], 1.0)
     assert stats["count"] == [100]
+
+
+def test_quantiles_from_the_histogram_match_the_exact_ones_within_a_bin():
+    x = np.random.default_rng(1).normal(size=(4000, 2)) * [1.0, 10.0]
+    stats = feature_stats(x)
+    spread = x.max(0) - x.min(0)
+    for name, q in (("q01", 0.01), ("q10", 0.1), ("q50", 0.5), ("q90", 0.9), ("q99", 0.99)):
+        # within 0.5 % of the range: the next quantile up is several percent away
+        np.testing.assert_array_less(np.abs(stats[name] - np.quantile(x, q, axis=0)), spread / 200)
+    assert feature_stats(x[:1])["q50"] == x[0].tolist()  # one frame: lerobot uses the mean
+
+
+def test_merged_quantiles_are_count_weighted():
+    a, b = feature_stats(np.zeros((3, 1))), feature_stats(np.ones((1, 1)))
+    assert merge_stats([a, b])["q50"] == pytest.approx([0.25])
+    assert "q50" not in merge_stats([a, {k: v for k, v in b.items() if k != "q50"}])
 
 
 @pytest.mark.parametrize("index, where", [(0, (0, 0)), (999, (0, 999)), (1000, (1, 0))])

@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
+from vla_runtime.data.lerobot.schema import ACTION_KEY, IMAGE_PREFIX, STATE_KEY
 from vla_runtime.engine.checkpoint import (
     SPEC,
     WEIGHTS,
@@ -72,8 +73,8 @@ def load_training_data(
     kept = [
         (meta, index)
         for meta in metas
-        for index, episode in enumerate(meta.episodes)
-        if include_failed or episode["success"]
+        for index in range(len(meta.episodes))
+        if include_failed or meta.episode_success(index)
     ]
     if not kept:
         raise ValueError(f"no usable episodes in {roots}")
@@ -213,7 +214,16 @@ def train(
     deltas = spec.action_space == ActionSpace.JOINT_DELTAS
     cameras = [c.name for c in spec.cameras]
     if sorted(cameras) != sorted(meta.camera_shapes):
-        raise ValueError(f"dataset cameras {sorted(meta.camera_shapes)}, policy wants {cameras}")
+        raise ValueError(
+            f"dataset cameras {sorted(meta.camera_shapes)}, policy wants {cameras} "
+            f"(features {', '.join(IMAGE_PREFIX + c for c in cameras)})"
+        )
+    for key, size in ((STATE_KEY, spec.state_dim), (ACTION_KEY, spec.action_dim)):
+        shape = meta.info["features"].get(key, {}).get("shape")
+        if shape != [size]:
+            raise ValueError(
+                f"{data_dirs[0]}: feature `{key}` has shape {shape}, the policy needs [{size}]"
+            )
     config = preset_config(preset, spec)
     started = time.perf_counter()
     data = load_training_data(data_dirs, config.max_text_len, include_failed, progress)

@@ -22,6 +22,8 @@ from vla_runtime.engine.policy import PolicyError, PolicySpec
 FORMAT = 1
 WEIGHTS = "model.safetensors"
 SPEC = "spec.json"
+# lerobot's `save_pretrained` writes config.json (with the policy "type") beside WEIGHTS.
+LEROBOT_CONFIG = "config.json"
 _STD_FLOOR = 1e-6  # a constant joint (e.g. a locked gripper) must not divide by zero
 
 
@@ -118,6 +120,7 @@ def resolve_checkpoint_dir(directory: str | Path) -> Path:
 def load_spec(directory: str | Path) -> PolicySpec:
     """Only the policy spec of a checkpoint (its spec.json; the weights may be elsewhere, e.g.
     on an openpi server)."""
+    _refuse_lerobot_policy(resolve_checkpoint_dir(directory))
     path = resolve_checkpoint_dir(directory) / SPEC
     try:
         return PolicySpec.from_dict(json.loads(path.read_text())["spec"])
@@ -125,8 +128,55 @@ def load_spec(directory: str | Path) -> PolicySpec:
         raise PolicyError(f"{path}: no readable policy spec ({exc})") from None
 
 
+def lerobot_policy_type(directory: Path) -> str | None:
+    """The policy type ("act", "diffusion", "smolvla", "pi0", ...) of a LeRobot policy
+    directory (config.json with a "type", and the weights); None for anything else."""
+    config = directory / LEROBOT_CONFIG
+    if (directory / SPEC).is_file() or not (config.is_file() and (directory / WEIGHTS).is_file()):
+        return None
+    try:
+        policy_type = json.loads(config.read_text()).get("type")
+    except (ValueError, AttributeError):
+        return None
+    return policy_type if isinstance(policy_type, str) else None
+
+
+def load_lerobot_policy(directory: str | Path):
+    """A LeRobot policy directory loaded with lerobot's own classes (lerobot must be
+    importable: Python >= 3.12 and torch < 2.12)."""
+    directory = resolve_checkpoint_dir(directory)
+    policy_type = lerobot_policy_type(directory)
+    if policy_type is None:
+        raise PolicyError(f"{directory} is not a LeRobot policy (needs {LEROBOT_CONFIG} with a "
+                          f"\"type\" and {WEIGHTS})")  # fmt: skip
+    try:
+        from lerobot.policies.factory import get_policy_class
+    except ImportError as exc:
+        raise PolicyError(
+            f"{directory} is a LeRobot policy of type {policy_type!r}, and lerobot is not "
+            "importable in this environment (it needs Python >= 3.12 and torch < 2.12): load it "
+            "where lerobot is installed (./dev.sh lerobot-check builds .venv-lerobot), or train "
+            "a checkpoint of this runtime with `vla-runtime train`"
+        ) from exc
+    return get_policy_class(policy_type).from_pretrained(str(directory))
+
+
+def _refuse_lerobot_policy(directory: Path) -> None:
+    """A LeRobot policy has no PolicySpec for the engine: refuse it in one line, saying why."""
+    policy_type = lerobot_policy_type(directory)
+    if policy_type is None:
+        return
+    policy = load_lerobot_policy(directory)  # raises when lerobot is not importable
+    raise PolicyError(
+        f"{directory} is a LeRobot policy of type {policy_type!r} ({type(policy).__name__}); "
+        f"the engine serves checkpoints with {SPEC} only: use the policy through lerobot "
+        "(vla_runtime.engine.checkpoint.load_lerobot_policy) or train one with `vla-runtime train`"
+    )
+
+
 def load_checkpoint(directory: str | Path, device: str = "cpu") -> Checkpoint:
     directory = resolve_checkpoint_dir(directory)
+    _refuse_lerobot_policy(directory)
     if not (directory / WEIGHTS).is_file() or not (directory / SPEC).is_file():
         raise PolicyError(f"{directory} is not a checkpoint (needs {WEIGHTS} and {SPEC})")
     meta = json.loads((directory / SPEC).read_text())

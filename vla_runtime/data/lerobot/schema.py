@@ -20,7 +20,6 @@ IMAGE_PREFIX = "observation.images."
 # LeRobot's key for privileged simulator state (e.g. the target's position): never a policy
 # input, used for auxiliary training losses and analysis.
 ENV_STATE_KEY = "observation.environment_state"
-STAT_NAMES = ("min", "max", "mean", "std", "count")
 
 
 class DatasetError(ValueError):

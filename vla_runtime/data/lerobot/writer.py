@@ -20,7 +20,6 @@ from vla_runtime.data.lerobot.schema import (
     ENV_STATE_KEY,
     EPISODES_PATH,
     IMAGE_PREFIX,
-    STAT_NAMES,
     STATE_KEY,
     VIDEO_PATH,
     DatasetError,
@@ -119,41 +118,42 @@ class LeRobotWriter:
         action = np.asarray(episode.action, np.float32)
         if state.shape != (n, len(self.state_names)) or action.shape != (n, len(self.action_names)):
             raise DatasetError(f"state {state.shape} / action {action.shape} for {n} frames")
-        columns = {}
+        index = self.num_episodes
+        where = locate(index)
+        task_index = self.tasks.setdefault(episode.task, len(self.tasks))
+        first = self.total_frames
+        # The numeric frame features, each of which gets stats as lerobot computes them.
+        numeric = {
+            STATE_KEY: state,
+            ACTION_KEY: action,
+            "timestamp": (
+                np.arange(n, dtype=np.float32) / self.fps
+                if episode.timestamp is None
+                else np.asarray(episode.timestamp, np.float32)
+            ),
+            "frame_index": np.arange(n, dtype=np.int64),
+            "episode_index": np.full(n, index, np.int64),
+            "index": np.arange(first, first + n, dtype=np.int64),
+            "task_index": np.full(n, task_index, np.int64),
+        }
         if self.env_state_names:
             if episode.env_state is None:
                 raise DatasetError(f"this dataset records {ENV_STATE_KEY}; the episode has none")
             env_state = np.asarray(episode.env_state, np.float32)
             if env_state.shape != (n, len(self.env_state_names)):
                 raise DatasetError(f"env state {env_state.shape} for {n} frames")
-            columns[ENV_STATE_KEY] = pa.array(
-                list(env_state), type=pa.list_(pa.float32(), env_state.shape[1])
-            )
-        index = self.num_episodes
-        where = locate(index)
-        task_index = self.tasks.setdefault(episode.task, len(self.tasks))
-        timestamp = (
-            np.arange(n, dtype=np.float32) / self.fps
-            if episode.timestamp is None
-            else np.asarray(episode.timestamp, np.float32)
-        )
+            numeric[ENV_STATE_KEY] = env_state
         frame_success = (
             np.zeros(n, bool) if episode.frame_success is None else episode.frame_success
         )
-        first = self.total_frames
-        table = pa.table(
-            {
-                STATE_KEY: pa.array(list(state), type=pa.list_(pa.float32(), state.shape[1])),
-                ACTION_KEY: pa.array(list(action), type=pa.list_(pa.float32(), action.shape[1])),
-                "timestamp": pa.array(timestamp, pa.float32()),
-                "frame_index": pa.array(np.arange(n), pa.int64()),
-                "episode_index": pa.array(np.full(n, index), pa.int64()),
-                "index": pa.array(np.arange(first, first + n), pa.int64()),
-                "task_index": pa.array(np.full(n, task_index), pa.int64()),
-                "next.success": pa.array(np.asarray(frame_success, bool), pa.bool_()),
-                **columns,
-            }
-        )
+        columns = {
+            key: pa.array(list(values), type=pa.list_(pa.float32(), values.shape[1]))
+            if values.ndim == 2
+            else pa.array(values)
+            for key, values in numeric.items()
+        }
+        columns["next.success"] = pa.array(np.asarray(frame_success, bool), pa.bool_())
+        table = pa.table(columns)
         data_path = self.root / DATA_PATH.format(**where)
         data_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = data_path.with_name(data_path.name + ".tmp")
@@ -174,10 +174,7 @@ class LeRobotWriter:
             "data/sha256": sha256(data_path),
             "extra": json.dumps(episode.extra),
         }
-        stats = {
-            STATE_KEY: feature_stats(state),
-            ACTION_KEY: feature_stats(action),
-        }
+        stats = {key: feature_stats(values) for key, values in numeric.items()}
         for name, frames in episode.images.items():
             key = IMAGE_PREFIX + name
             video_path = self.root / VIDEO_PATH.format(video_key=key, **where)
@@ -233,21 +230,23 @@ class LeRobotWriter:
         tmp = meta / "tasks.jsonl.tmp"
         tmp.write_text("".join(json.dumps({"task_index": i, "task": t}) + "\n" for t, i in tasks))
         os.replace(tmp, meta / "tasks.jsonl")
+        # Features with stats in every row (rows of an older writer hold fewer of them).
         keys = sorted(
-            {
-                c[len("stats/") :].rsplit("/", 1)[0]
-                for c in self.episodes[0]
-                if c.startswith("stats/")
-            }
-        )
-        stats = {
-            key: merge_stats(
-                [{s: json.loads(r[f"stats/{key}/{s}"]) for s in STAT_NAMES} for r in self.episodes]
+            set.intersection(
+                *({c[len("stats/") :].rsplit("/", 1)[0] for c in r if c.startswith("stats/")}
+                  for r in self.episodes)
             )
-            for key in keys
-        }
+        )  # fmt: skip
+        stats = {key: merge_stats([_row_stats(r, key) for r in self.episodes]) for key in keys}
         _write_json_atomic(meta / "stats.json", stats)
         _write_json_atomic(meta / "info.json", info)  # last: totals only count committed rows
+
+
+def _row_stats(row: dict, key: str) -> dict:
+    """One feature's stats from an episode row, one JSON value per stat (a row without
+    quantiles leaves them out of the merge)."""
+    prefix = f"stats/{key}/"
+    return {c[len(prefix) :]: json.loads(v) for c, v in row.items() if c.startswith(prefix)}
 
 
 def _pandas_index_meta() -> dict:
