@@ -86,7 +86,7 @@ def test_record_writes_rosbag2_style_mcap(rclpy_context, tmp_path):
     from sensor_msgs.msg import JointState
     from std_msgs.msg import String
 
-    out = tmp_path / "run.mcap"
+    out = tmp_path / "run"  # a rosbag2 bag directory: run/run_0.mcap and run/metadata.yaml
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -115,7 +115,8 @@ def test_record_writes_rosbag2_style_mcap(rclpy_context, tmp_path):
             recorder.kill()
         node.destroy_node()
     assert recorder.returncode == 0, output
-    with out.open("rb") as f:
+    assert (out / "metadata.yaml").is_file()
+    with (out / "run_0.mcap").open("rb") as f:
         reader = make_reader(f)
         assert reader.get_header().profile == "ros2"
         messages = list(reader.iter_messages())

@@ -1,11 +1,14 @@
-"""`vla-runtime record`: capture raw topics of a live stack to MCAP, as rosbag2 stores them.
+"""`vla-runtime record`: capture a live stack's topics into a rosbag2 bag directory (MCAP).
 
-Messages are taken serialized (CDR, exactly the bytes on the wire) and written with the ros2
-profile: schema encoding "ros2msg" holding the full message definition (dependencies appended
-after `=====` / `MSG: pkg/Type` separators, from the .msg files in the ament share
-directories), message encoding "cdr", and each channel's `offered_qos_profiles` metadata, so
-`ros2 bag info/play` and Foxglove read the files. The pure part (definitions, writer) has no
-rclpy dependency; `record_main` runs the subscribing node.
+`--stack [NAME]` joins the ROS domain of a stack started with `vla-runtime launch` (found
+through its run file, stack/run_files.py, with the same localhost-only discovery); `--domain-id
+N` joins any domain; with neither, the environment's ROS_DOMAIN_ID. Messages are taken
+serialized (the CDR bytes on the wire) into `OUT/OUT_0.mcap` with `OUT/metadata.yaml`, as
+`ros2 bag record` on Jazzy writes them (data/rosbag2_bag.py). Each topic is subscribed with a QoS
+that matches all its publishers (transient local where they all latch, so messages published
+before the recorder joined are kept too), and their offered QoS is recorded. Recording stops at
+`--duration`, Ctrl-C or SIGTERM, and the bag is complete either way; a run that recorded nothing
+exits 1 and leaves no bag.
 """
 
 from __future__ import annotations
@@ -14,135 +17,89 @@ import argparse
 import importlib
 import json
 import os
-import re
+import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
-from mcap.writer import CompressionType, Writer
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
 from vla_runtime.core import topics
 from vla_runtime.core.help_text import help_summary
+from vla_runtime.data.rosbag2_bag import (
+    BagWriter,
+    OfferedQos,
+    RecordedTopic,
+    subscription_policies,
+)
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.stack.run_files import (
+    RunningStack,
+    StackSelectionError,
+    running_stacks,
+    select_stack,
+)
 
 DEFAULT_TOPICS = [
-    topics.CLOCK, topics.JOINT_STATES, topics.INSTRUCTION, topics.ACTION_CHUNK,
+    topics.CLOCK, topics.JOINT_STATES, topics.INSTRUCTION, topics.EPISODE, topics.ACTION_CHUNK,
     topics.CHECKED_CHUNK, topics.COMMAND, topics.INFERENCE_REQUEST, topics.ENGINE_STATS,
     topics.SAFETY_EVENTS, topics.DRIVER_EVENTS, topics.camera_image("scene"),
     topics.camera_image("wrist"), topics.camera_info("scene"), topics.camera_info("wrist"),
 ]  # fmt: skip
-SEPARATOR = "=" * 80
-PRIMITIVES = {
-    "bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
-    "uint32", "int64", "uint64", "string", "wstring",
-}  # fmt: skip
+# Queue of each recording subscription: the publishers' depths are not known (Fast DDS reports
+# 0), and a burst of latched messages or frames must not be dropped before they are written.
+SUBSCRIPTION_DEPTH = 100
+DISCOVERY_PERIOD_S = 0.5
+# After a stop, messages already received by DDS are still written.
+DRAIN_S = 0.2
 
 
-def share_dirs() -> list[Path]:
-    dirs = [
-        Path(p) / "share" for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p
-    ]
-    dirs.append(Path(sys.prefix) / "share")
-    return [d for d in dirs if d.is_dir()]
+@dataclass
+class Target:
+    """The graph to record: `domain_id` None is the environment's ROS_DOMAIN_ID."""
+
+    domain_id: int | None
+    localhost_only: bool = False
+    stack: RunningStack | None = None
+    topics: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.stack is not None:
+            return f"stack {self.stack.describe()}"
+        domain = self.domain_id if self.domain_id is not None else os.environ.get("ROS_DOMAIN_ID")
+        return f"ROS_DOMAIN_ID={domain or 0}"
 
 
-def _msg_file(package: str, name: str) -> Path:
-    for share in share_dirs():
-        path = share / package / "msg" / f"{name}.msg"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"no definition for {package}/msg/{name} in {share_dirs()}")
-
-
-def message_definition(type_name: str) -> str:
-    """rosbag2's ros2msg text for e.g. "sensor_msgs/msg/Image": the message then every nested
-    type once, each after a separator line and `MSG: pkg/Type`."""
-    package, _, name = type_name.split("/")
-    main = _msg_file(package, name).read_text()
-    seen: list[str] = []
-    pending = [(package, main)]
-    parts = [main.rstrip("\n")]
-    while pending:
-        owner, text = pending.pop(0)
-        for line in text.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if not line or "=" in line.split()[0]:
-                continue
-            field_type = re.sub(r"\[.*\]|<=\d+", "", line.split()[0])
-            if field_type in PRIMITIVES:
-                continue
-            if "/" in field_type:
-                dep_package, dep_name = field_type.split("/")[0], field_type.split("/")[-1]
-            elif field_type == "Header":
-                dep_package, dep_name = "std_msgs", "Header"
-            else:
-                dep_package, dep_name = owner, field_type
-            key = f"{dep_package}/{dep_name}"
-            if key in seen:
-                continue
-            seen.append(key)
-            dep = _msg_file(dep_package, dep_name).read_text()
-            parts.append(f"{SEPARATOR}\nMSG: {key}\n{dep.rstrip(chr(10))}")
-            pending.append((dep_package, dep))
-    return "\n".join(parts) + "\n"
-
-
-def qos_metadata(reliability: str, durability: str, depth: int = 10) -> str:
-    """rosbag2's offered_qos_profiles YAML for one publisher."""
-    return (
-        f"- history: 1\n  depth: {depth}\n  reliability: {reliability}\n"
-        f"  durability: {durability}\n  deadline:\n    sec: 2147483647\n    nsec: 4294967295\n"
-        f"  lifespan:\n    sec: 2147483647\n    nsec: 4294967295\n  liveliness: 1\n"
-        f"  liveliness_lease_duration:\n    sec: 2147483647\n    nsec: 4294967295\n"
-        f"  avoid_ros_namespace_conventions: false\n"
+def offered_qos(endpoint) -> OfferedQos:
+    """A publisher's QoS (rclpy TopicEndpointInfo) in rmw's policy names."""
+    q = endpoint.qos_profile
+    return OfferedQos(
+        reliability=q.reliability.name.lower(),
+        durability=q.durability.name.lower(),
+        history=q.history.name.lower(),
+        depth=int(q.depth),
+        deadline_ns=q.deadline.nanoseconds,
+        lifespan_ns=q.lifespan.nanoseconds,
+        liveliness=q.liveliness.name.lower(),
+        liveliness_lease_duration_ns=q.liveliness_lease_duration.nanoseconds,
+        avoid_ros_namespace_conventions=bool(q.avoid_ros_namespace_conventions),
     )
 
 
-class McapRosWriter:
-    """MCAP file with the ros2 profile; `write(topic, type, cdr_bytes, stamp_ns)`."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("wb")
-        self._writer = Writer(self._file, compression=CompressionType.ZSTD)
-        self._writer.start(profile="ros2", library="vla_runtime")
-        self._schemas: dict[str, int] = {}
-        self._channels: dict[str, int] = {}
-        self._sequence: dict[str, int] = {}
-        self.counts: dict[str, int] = {}
-
-    def add_topic(self, topic: str, type_name: str, qos: str = "") -> None:
-        if type_name not in self._schemas:
-            self._schemas[type_name] = self._writer.register_schema(
-                name=type_name, encoding="ros2msg", data=message_definition(type_name).encode()
-            )
-        self._channels[topic] = self._writer.register_channel(
-            topic=topic,
-            message_encoding="cdr",
-            schema_id=self._schemas[type_name],
-            metadata={"offered_qos_profiles": qos or qos_metadata(1, 2)},
-        )
-        self._sequence[topic] = 0
-        self.counts[topic] = 0
-
-    def write(self, topic: str, data: bytes, log_time_ns: int) -> None:
-        self._writer.add_message(
-            channel_id=self._channels[topic],
-            log_time=log_time_ns,
-            data=bytes(data),
-            publish_time=log_time_ns,
-            sequence=self._sequence[topic],
-        )
-        self._sequence[topic] += 1
-        self.counts[topic] += 1
-
-    def close(self) -> None:
-        self._writer.finish()
-        self._file.close()
+def subscription_qos(offers: list[OfferedQos]) -> QoSProfile:
+    reliability, durability = subscription_policies(offers)
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=SUBSCRIPTION_DEPTH,
+        reliability=ReliabilityPolicy[reliability.upper()],
+        durability=DurabilityPolicy[durability.upper()],
+    )
 
 
 def _import_message(type_name: str):
@@ -150,77 +107,227 @@ def _import_message(type_name: str):
     return getattr(importlib.import_module(f"{package}.{kind}"), name)
 
 
-def record(out: str | Path, wanted: list[str] | None, duration_s: float | None,
-           discover_s: float = 3.0, progress: bool = True) -> dict:  # fmt: skip
-    """Subscribe (serialized) to the wanted topics that exist, write until duration or Ctrl-C."""
+@dataclass
+class TopicRecorder:
+    """Subscribes `node` to each wanted topic once it has a publisher, and writes what arrives."""
 
-    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
-    node = RuntimeNode("vla_recorder")
-    writer = McapRosWriter(out)
-    subscribed: dict[str, str] = {}
+    node: RuntimeNode
+    writer: BagWriter
+    wanted: set[str] | None  # None: every topic
+    skipped: dict[str, str] = field(default_factory=dict)  # topic -> why not recorded
 
-    def subscribe_new() -> None:
-        for topic, types in node.get_topic_names_and_types():
-            if topic in subscribed or (wanted is not None and topic not in wanted):
+    def discover(self) -> None:
+        for topic, types in self.node.get_topic_names_and_types():
+            if topic in self.writer.topics or topic in self.skipped:
                 continue
-            publishers = node.get_publishers_info_by_topic(topic)
+            if self.wanted is not None and topic not in self.wanted:
+                continue
+            publishers = self.node.get_publishers_info_by_topic(topic)
             if not publishers:
                 continue
-            latched = any(
-                p.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for p in publishers
-            )
-            best_effort = any(
-                p.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT for p in publishers
-            )
-            reliability = (
-                ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE
-            )
-            durability = DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE
-            qos = QoSProfile(depth=100, reliability=reliability, durability=durability)
             type_name = types[0]
-            writer.add_topic(topic, type_name, qos_metadata(2 if best_effort else 1,
-                                                            1 if latched else 2))  # fmt: skip
-            node.create_subscription(
-                _import_message(type_name), topic,
-                lambda data, t=topic: writer.write(t, data, time.time_ns()), qos, raw=True,
+            try:
+                message_type = _import_message(type_name)
+                offers = [offered_qos(p) for p in publishers]
+                self.writer.add_topic(
+                    RecordedTopic(topic, type_name, offers, _type_hash(publishers, type_name))
+                )
+            except (ImportError, AttributeError, ValueError, OSError) as exc:
+                self.skipped[topic] = f"{type_name}: {exc}"
+                print(f"record: not recording {topic} ({type_name}): {exc}", file=sys.stderr)
+                continue
+            qos = subscription_qos(offers)
+            self.node.create_subscription(
+                message_type, topic,
+                lambda data, t=topic: self.writer.write(t, data, time.time_ns()), qos, raw=True,
             )  # fmt: skip
-            subscribed[topic] = type_name
+            policies = f"{qos.reliability.name.lower()}, {qos.durability.name.lower()}"
+            print(f"record: recording {topic} ({type_name}; {policies})", file=sys.stderr,
+                  flush=True)  # fmt: skip
 
-    started = time.monotonic()
-    interrupted = False
-    last_discovery = -1.0
+
+def _type_hash(publishers, type_name: str) -> str:
+    for p in publishers:
+        if p.topic_type == type_name and getattr(p, "topic_type_hash", None) is not None:
+            return str(p.topic_type_hash)
+    return ""
+
+
+def record(
+    out: str | Path,
+    wanted: list[str] | None,
+    duration_s: float | None,
+    target: Target | None = None,
+    stop: threading.Event | None = None,
+) -> dict:
+    """Record the wanted topics (None: all) of `target` into the bag directory `out` until
+    `duration_s`, `stop` or Ctrl-C; returns the summary. A bag that recorded no message is
+    removed again."""
+    target = target or Target(domain_id=None)
+    stop = stop or threading.Event()
+    writer = BagWriter(Path(out))  # refuses an existing bag before joining the graph
+    if target.localhost_only:
+        # rmw reads the discovery range when the context starts, as the stack's nodes did.
+        os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    context = Context()
     try:
+        rclpy.init(args=[], context=context, domain_id=target.domain_id,
+                   signal_handler_options=SignalHandlerOptions.NO)  # fmt: skip
+    except Exception:
+        writer.discard()
+        raise
+    node = RuntimeNode("vla_recorder", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    recorder = TopicRecorder(node, writer, None if wanted is None else set(wanted))
+    started = time.monotonic()
+    stopped_by = "duration"
+    try:
+        last_discovery = float("-inf")
         while duration_s is None or time.monotonic() - started < duration_s:
-            now = time.monotonic()
-            if now - last_discovery >= discover_s:
-                subscribe_new()
-                last_discovery = now
-            rclpy.spin_once(node, timeout_sec=0.05)
+            if stop.is_set():
+                stopped_by = "signal"
+                break
+            if time.monotonic() - last_discovery >= DISCOVERY_PERIOD_S:
+                recorder.discover()
+                last_discovery = time.monotonic()
+            executor.spin_once(timeout_sec=0.05)
+        drain_until = time.monotonic() + DRAIN_S
+        while time.monotonic() < drain_until:
+            executor.spin_once(timeout_sec=0.02)
     except KeyboardInterrupt:
-        interrupted = True
+        stopped_by = "signal"
     finally:
-        writer.close()
+        seconds = time.monotonic() - started
+        executor.shutdown()
         node.destroy_node()
-        rclpy.try_shutdown()
-    return {
+        context.try_shutdown()
+        writer.close()
+    messages = {name: t.message_count for name, t in writer.topics.items()}
+    summary = {
         "out": str(out),
-        "topics": subscribed,
-        "messages": writer.counts,
-        "seconds": round(time.monotonic() - started, 2),
-        "interrupted": interrupted,
+        "source": target.describe(),
+        "topics": {name: t.type for name, t in writer.topics.items()},
+        "messages": messages,
+        "message_count": sum(messages.values()),
+        "seconds": round(seconds, 2),
+        "stopped_by": stopped_by,
+        "not_recorded": recorder.skipped,
     }
+    if summary["message_count"] == 0:
+        writer.discard()
+        summary["out"] = None
+        summary["error"] = nothing_recorded_reason(summary, target)
+    return summary
+
+
+def nothing_recorded_reason(summary: dict, target: Target) -> str:
+    where, seconds = target.describe(), summary["seconds"]
+    if summary["topics"]:
+        return (f"{len(summary['topics'])} topics subscribed on {where} but no message arrived "
+                f"in {seconds:.1f} s")  # fmt: skip
+    reason = f"no publisher of the wanted topics appeared on {where} in {seconds:.1f} s"
+    if target.stack is None and target.domain_id is None:
+        reason += " (a `vla-runtime launch` stack runs on a domain of its own: add --stack)"
+    return reason
+
+
+def summary_line(summary: dict) -> str:
+    return (f"record: {len(summary['topics'])} topics, {summary['message_count']} messages in "
+            f"{summary['seconds']:.1f} s from {summary['source']} -> {summary['out']}/ "
+            f"(stopped by {summary['stopped_by']})")  # fmt: skip
+
+
+def choose_target(args: argparse.Namespace) -> Target:
+    """Where to record, from --stack / --domain-id (StackSelectionError: no such stack)."""
+    if args.stack is not None:
+        stack = select_stack(running_stacks(), args.stack or None)
+        return Target(stack.domain_id, stack.localhost_only, stack, stack.topics)
+    return Target(args.domain_id)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vla-runtime record", description=help_summary(__doc__))
+    parser.add_argument("out", nargs="?", metavar="OUT",
+                        help="bag directory to create (rosbag2 layout)")  # fmt: skip
+    parser.add_argument("--out", dest="out_option", metavar="OUT", help="same as OUT")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--stack", nargs="?", const="", metavar="NAME",
+                       help="join a stack started with `vla-runtime launch` (NAME or NAME-PID, "
+                            "needed only when several stacks run)")  # fmt: skip
+    where.add_argument("--domain-id", type=int, help="join this ROS_DOMAIN_ID")
+    parser.add_argument("--topics", nargs="*", help=f"topics (default: {' '.join(DEFAULT_TOPICS)}"
+                        " and, with --stack, the stack's reported topics)")  # fmt: skip
+    parser.add_argument("--all", action="store_true", help="every topic that appears")
+    parser.add_argument(
+        "--duration", type=float, help="stop after S seconds (default: Ctrl-C or SIGTERM)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    return parser
+
+
+def input_problem(args: argparse.Namespace) -> str | None:
+    """Why the arguments cannot be recorded with, or None."""
+    if args.out and args.out_option:
+        return "give the bag directory once (OUT or --out)"
+    out = args.out or args.out_option
+    if not out:
+        if args.topics:
+            return ("the bag directory OUT is required (give it before --topics, which takes "
+                    "every word after it)")  # fmt: skip
+        return "the bag directory OUT is required"
+    if Path(out).suffix == ".mcap":
+        return (f"{out}: OUT is a bag directory (it will hold OUT_0.mcap and metadata.yaml); "
+                "give it without .mcap")  # fmt: skip
+    if Path(out).exists() and (not Path(out).is_dir() or any(Path(out).iterdir())):
+        return f"{out} exists and is not an empty directory"
+    if args.duration is not None and not args.duration > 0:
+        return f"--duration must be > 0, got {args.duration}"
+    if args.domain_id is not None and not 0 <= args.domain_id <= 232:
+        return f"--domain-id must be in 0..232, got {args.domain_id}"
+    return None
 
 
 def record_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vla-runtime record", description=help_summary(__doc__))
-    parser.add_argument("--out", required=True, help="output .mcap file")
-    parser.add_argument("--topics", nargs="*", help=f"topics (default: {' '.join(DEFAULT_TOPICS)})")
-    parser.add_argument("--all", action="store_true", help="every topic that appears")
-    parser.add_argument("--duration", type=float, help="stop after S seconds (default: Ctrl-C)")
-    args = parser.parse_args(argv)
-    wanted = None if args.all else (args.topics or DEFAULT_TOPICS)
-    summary = record(args.out, wanted, args.duration)
-    print(json.dumps(summary))
+    args = build_parser().parse_args(argv)
+    if args.stack and not (args.out or args.out_option):
+        # `--stack OUT`: OUT is required and NAME is not, so a word that names no running
+        # stack is OUT.
+        if not any(args.stack in (s.stack, s.label) for s in running_stacks()):
+            args.out, args.stack = args.stack, ""
+    problem = input_problem(args)
+    if problem is None:
+        try:
+            target = choose_target(args)
+        except StackSelectionError as exc:
+            problem = str(exc)
+    if problem is not None:
+        print(f"vla-runtime record: error: {problem}", file=sys.stderr)
+        return 2
+    out = args.out or args.out_option
+    if args.all:
+        wanted = None
+    else:
+        wanted = list(dict.fromkeys(args.topics or [*DEFAULT_TOPICS, *target.topics]))
+
+    stop = threading.Event()
+
+    def on_signal(_signum, _frame):
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = record(out, wanted, args.duration, target, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    if summary.get("error"):
+        print(f"vla-runtime record: nothing recorded: {summary['error']}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print(summary_line(summary), flush=True)
     return 0
 
 

@@ -3,7 +3,8 @@
 The pip-only counterpart of `ros2 launch vla_runtime <stack>.launch.py`; both read the same
 stack file through `stack.resolver.resolve_stack`. Each node is its own process (real DDS between
 them). SIGINT/SIGTERM stop every node (SIGINT first, escalating to SIGTERM and SIGKILL); a node
-that dies is reported with its last output and makes the launcher exit non-zero.
+that dies is reported with its last output and makes the launcher exit non-zero. While the stack
+runs, its run file (stack/run_files.py) lets `vla-runtime record --stack` join its domain.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from vla_runtime.ros.runtime import BackgroundSpinner
 from vla_runtime.stack.isolation import DomainClaim, claim_domain
 from vla_runtime.stack.monitor import RunMonitor
 from vla_runtime.stack.resolver import Stack
+from vla_runtime.stack.run_files import write_run_file
 from vla_runtime.stack.supervisor import NodeProcess, Supervisor, node_env
 
 
@@ -63,7 +65,8 @@ def run_stack(
     notes: tuple[str, ...] | list[str] = (),
 ) -> LaunchResult:
     """Start `stack`, run until `duration_s` of stack time (sim time in sim stacks), a signal,
-    or a node's death; stop everything and return the report."""
+    or a node's death; stop everything and return the report. While it runs, its run file
+    (stack/run_files.py) tells other tools (`vla-runtime record --stack`) where it runs."""
     stop_requested = threading.Event()
     received: list[str] = []
 
@@ -79,6 +82,11 @@ def run_stack(
     started_wall = time.monotonic()
     clock_start = None
     covered_s = 0.0
+    run_file, run_file_error = None, None
+    try:
+        run_file = write_run_file(stack.name, claim.domain_id, localhost_only, stack.report_topics)
+    except OSError as exc:  # the stack runs all the same; only joining it by name is lost
+        run_file_error = f"warning: no run file for `vla-runtime record --stack`: {exc}"
     try:
         where = "localhost" if localhost_only else "default discovery range"
         print(
@@ -86,6 +94,8 @@ def run_stack(
             f"{claim.domain_id} ({where})",
             flush=True,
         )
+        if run_file_error:
+            notes = [run_file_error, *notes]
         for note in notes:  # after the domain line, which tools read first
             print(note, file=sys.stderr, flush=True)
         monitor = _Monitor(stack, claim) if measure else None
@@ -122,6 +132,8 @@ def run_stack(
         if monitor is not None:
             monitor.close()
         supervisor.close()
+        if run_file is not None:
+            run_file.unlink(missing_ok=True)
         claim.release()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
