@@ -37,7 +37,7 @@ def _launch(args: argparse.Namespace) -> int:
     except StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    notes: list[str] = []
+    notes: list[str] = list(stack.notes)  # the stack's own (e.g. arguments accepted as no-ops)
     engine = next((n for n in stack.nodes if n.name == "engine"), None)
     if engine is not None and engine.parameters.get("backend") not in ("remote", "openpi", "ray"):
         if not engine.parameters.get("checkpoint"):
@@ -64,8 +64,10 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    progress = not args.no_progress  # the bar goes to stderr: stdout is the JSON alone
+
     def run(module: str, **kwargs):
-        return _entry(f"vla_runtime.bench.{module}", "run_bench")(**kwargs)
+        return _entry(f"vla_runtime.bench.{module}", "run_bench")(**kwargs, progress=progress)
 
     if args.name == "sim":
         result = run("sim", seconds=args.seconds or 5.0)
@@ -102,6 +104,7 @@ def _bench(args: argparse.Namespace) -> int:
             seed=args.seed if args.seed is not None else 90000,
             out=args.out or "runs/closed_loop",
             delays=delays,
+            progress=progress,
         )
     elif args.name == "streamer":
         result = run("streamer", seconds=args.seconds or 3.0)
@@ -117,6 +120,7 @@ DATA_COMMANDS = {
     "record": ("vla_runtime.data.record", "record_main"),
     "train": ("vla_runtime.data.train_cli", "train_main"),
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
+    "ab": ("vla_runtime.data.ab", "ab_main"),
     "serve": ("vla_runtime.engine.remote.serve_cli", "serve_main"),
 }
 BENCH_OPTIONS = {
@@ -178,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (description, options) in BENCHMARKS.items():
         one = benchmarks.add_parser(name, help=description, description=description)
         one.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
+        one.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
         for option in options:
             flags, kwargs = BENCH_OPTIONS[option]
             one.add_argument(*flags, **kwargs)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from vla_runtime.cli import main
+from vla_runtime.cli import BENCHMARKS, build_parser, main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -23,8 +23,8 @@ def test_unknown_stack_and_bad_arguments_are_clear_errors(capsys):
     assert "name:=value" in capsys.readouterr().err
     assert main(["launch", "sim", "not_an_arg:=1"]) == 2
     assert "has no argument(s) ['not_an_arg']" in capsys.readouterr().err
-    assert main(["launch", "ur", "use_mock_hardware:=true"]) == 2
-    assert "mock hardware" in capsys.readouterr().err
+    assert main(["launch", "ur", "mock_sensor_commands:=true"]) == 2
+    assert "mock sensor commands exist only with mock hardware" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["launch", "sim", "--no-such-option"])
 
@@ -38,6 +38,24 @@ def test_bench_sim_prints_one_json_object():
     assert result["physics"]["real_time_factor"] > 1.0
     assert set(result["render"]) == {"scene", "wrist"}
     assert result["render"]["scene"]["ms_p50"] > 0
+
+
+def test_bench_progress_bar_is_on_stderr_only(capsys):
+    argv = ["bench", "sim", "--json", "--seconds", "0.5"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert len(out.strip().splitlines()) == 1 and json.loads(out)["benchmark"] == "sim"
+    assert "bench sim" in err and "100%" in err and "render wrist" in err  # the last phase
+    assert main([*argv, "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["benchmark"] == "sim"
+    assert "bench sim" not in err
+
+
+def test_every_benchmark_takes_no_progress():
+    parser = build_parser()
+    for name in BENCHMARKS:
+        assert parser.parse_args(["bench", name, "--no-progress"]).no_progress
 
 
 def test_calibrate_without_its_subcommand_is_a_one_line_usage_error(capsys):

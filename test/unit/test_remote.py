@@ -421,7 +421,7 @@ def test_revoked_robot_is_refused_while_another_keeps_working(curve_server):
 def test_transport_bench_reports_overhead_per_path_and_targets():
     from vla_runtime.bench.transport import run_bench
 
-    result = run_bench(n=30, warmup=5, fleet=False)
+    result = run_bench(n=30, warmup=5, fleet=False, progress=False)
     for path in ("zmq", "openpi"):
         figures = result["overhead_ms"][path]
         assert 0 < figures["p50"] <= figures["p99"] <= figures["max"]

@@ -255,7 +255,7 @@ def test_rendering_meshes_are_simplified_and_the_images_stay_the_same(scene, sim
 def test_bench_reports_figures_and_settings():
     from vla_runtime.bench.sim import run_bench
 
-    result = run_bench(seconds=0.4, cameras=("wrist",), width=64, height=48)
+    result = run_bench(seconds=0.4, cameras=("wrist",), width=64, height=48, progress=False)
     physics = result["physics"]
     assert physics["real_time_factor"] > 0 and physics["real_time_factor_trajectory"] > 0
     assert physics["modes"]["hold"]["sim_seconds"] > 0

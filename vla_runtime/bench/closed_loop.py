@@ -25,6 +25,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from vla_runtime.bench.progress import bench_bar
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
 from vla_runtime.data.stack_eval import EpisodeRecord, eval_stack, summarise
@@ -64,6 +65,8 @@ def run_bench(
     delays: tuple[str, ...] = tuple(DELAYS),
     progress: bool = True,
 ) -> dict:
+    """`progress`: one bar on stderr over every episode (delays × arms × tasks), in place of
+    `eval_stack`'s bar per task."""
     checkpoint = str(Path(checkpoint or shipped_checkpoint()).resolve())
     unknown = [d for d in delays if d not in DELAYS]
     if unknown:
@@ -73,23 +76,30 @@ def run_bench(
     by_task: dict = {}
     pooled: dict = {}
     solved: dict = {}  # (task, delay, arm) -> {seed: time to success}
-    for delay in delays:
-        for arm, settings in ARMS.items():
-            records = []
-            for task in tasks:
-                jsonl = directory / f"{task}_{delay}_{arm}.jsonl"
-                overrides = {**base, **settings, "inference_delay": DELAYS[delay]}
-                summary = eval_stack(task, episodes, seed, overrides, jsonl, resume=True,
-                                     progress=progress)  # fmt: skip
-                by_task.setdefault(task, {}).setdefault(delay, {})[arm] = _arm_figures(summary)
-                lines = [line for line in jsonl.read_text().splitlines() if line.strip()]
-                episodes_run = [EpisodeRecord(**json.loads(line)) for line in lines]
-                solved[task, delay, arm] = {
-                    r.seed: r.time_to_success_s for r in episodes_run if r.success
-                }
-                records += episodes_run
-            pooled_summary = summarise("+".join(tasks), records, {})
-            pooled.setdefault(delay, {})[arm] = _arm_figures(pooled_summary)
+    total = len(delays) * len(ARMS) * len(tasks) * episodes
+    with bench_bar("closed-loop", total, progress, unit="episode") as bar:
+        for delay in delays:
+            for arm, settings in ARMS.items():
+                records = []
+                for task in tasks:
+                    jsonl = directory / f"{task}_{delay}_{arm}.jsonl"
+                    overrides = {**base, **settings, "inference_delay": DELAYS[delay]}
+                    bar.set_postfix_str(f"{delay} ms {arm} {task}")
+                    done = bar.n
+                    summary = eval_stack(
+                        task, episodes, seed, overrides, jsonl, resume=True, progress=False,
+                        printer=lambda _: bar.update(1),
+                    )  # fmt: skip
+                    bar.update(done + episodes - bar.n)  # episodes resumed from the JSONL
+                    by_task.setdefault(task, {}).setdefault(delay, {})[arm] = _arm_figures(summary)
+                    lines = [line for line in jsonl.read_text().splitlines() if line.strip()]
+                    episodes_run = [EpisodeRecord(**json.loads(line)) for line in lines]
+                    solved[task, delay, arm] = {
+                        r.seed: r.time_to_success_s for r in episodes_run if r.success
+                    }
+                    records += episodes_run
+                pooled_summary = summarise("+".join(tasks), records, {})
+                pooled.setdefault(delay, {})[arm] = _arm_figures(pooled_summary)
     ratios = time_to_success_ratios(solved)
     result = {
         "tasks": list(tasks),

@@ -22,6 +22,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import rclpy
@@ -32,6 +33,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_runtime.bench.progress import PhaseBar
 from vla_runtime.core.help_text import help_summary
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import summarize
@@ -45,6 +47,8 @@ STEP_RAD, STEP_S = 0.05, 0.5  # latency probe: 0.1 rad/s, so the command passes 
 WAVE = np.array([0.25, 0.15, 0.2, 0.2, 0.25, 0.2, 0.3])  # rad, per-joint amplitude
 WAVE_HZ = 0.25
 CHUNK_S, CHUNK_POINTS, CHUNK_EVERY_S = 1.0, 10, 0.5
+HOME_S = 4.0  # the move home (3 s) and a settle
+TRIAL_S = 2.0  # per latency trial: settle 0.8 s, the move's first mrad, hold 1.2 s
 
 
 def start_franky_sim(timeout: float = 60.0) -> tuple[NodeProcess, str]:
@@ -99,6 +103,7 @@ class DriverProbe:
         self.samples: list[tuple[float, float, np.ndarray]] = []  # (receive, stamp, q)
         self.events: list[dict] = []
         self.stats: dict | None = None
+        self.advance: Callable = lambda: None  # on every spin: a progress bar follows the waits
         self.node.create_subscription(JointState, "/joint_states", self._on_state, 50)
         self.node.create_subscription(
             String, "/vla/driver/events", lambda m: self.events.append(json.loads(m.data)), 10
@@ -133,6 +138,7 @@ class DriverProbe:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             self.executor.spin_once(timeout_sec=0.005)
+            self.advance()
 
     def spin_until(self, condition, timeout: float) -> bool:
         end = time.monotonic() + timeout
@@ -140,6 +146,7 @@ class DriverProbe:
             if condition():
                 return True
             self.executor.spin_once(timeout_sec=0.02)
+            self.advance()
         return bool(condition())
 
     def send_chunk(self, times, positions, stamp: float | None = None) -> float:
@@ -208,34 +215,46 @@ def run_chunks(probe: DriverProbe, home: np.ndarray, seconds: float) -> list[flo
     ]
 
 
-def run_bench(seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 10) -> dict:
-    """Start franky-sim and the driver, run the measurements, stop both; returns the figures."""
+def run_bench(
+    seconds: float = 60.0, robot: str = "fr3", latency_trials: int = 10, progress: bool = True
+) -> dict:
+    """Start franky-sim and the driver, run the measurements, stop both; returns the figures.
+    `progress`: a bar on stderr over the timed phases' seconds."""
 
     config = load_robot(robot)
     home = np.array(config.home)
-    with claim_domain() as claim:
+    total_s = HOME_S + latency_trials * TRIAL_S + seconds
+    with PhaseBar("driver", total_s, progress) as bar, claim_domain() as claim:
         os.environ.update(claim.env(base={}))
-        sim, robot_ip = start_franky_sim()
+        with bar.phase("start franky-sim"):
+            sim, robot_ip = start_franky_sim()
         driver = probe = None
         context = Context()
         rclpy.init(args=[], context=context, domain_id=claim.domain_id)
         try:
-            driver = start_franky_driver(robot_ip, f"robot:={robot}")
-            probe = DriverProbe(context, list(config.joints), config.controllers)
-            if not probe.spin_until(lambda: probe.q is not None, 60):
-                raise RuntimeError("no /joint_states from the driver")
-            probe.send_chunk([3.0], [home])
-            probe.spin_for(4.0)
-            latencies = measure_latency(probe, home, latency_trials)
-            errors = run_chunks(probe, home, seconds)
-            probe.send_width(0.0)
-            closed = probe.spin_until(lambda: probe.fingers.sum() < 0.01, 20)
-            probe.send_width(config.gripper_max_width)
-            opened = probe.spin_until(
-                lambda: probe.fingers.sum() > config.gripper_max_width - 0.01, 20
-            )
-            stats = probe.fresh_stats()
+            with bar.phase("start driver"):
+                driver = start_franky_driver(robot_ip, f"robot:={robot}")
+                probe = DriverProbe(context, list(config.joints), config.controllers)
+                probe.advance = bar.advance
+                if not probe.spin_until(lambda: probe.q is not None, 60):
+                    raise RuntimeError("no /joint_states from the driver")
+            with bar.phase("home", HOME_S):
+                probe.send_chunk([3.0], [home])
+                probe.spin_for(HOME_S)
+            with bar.phase("latency", latency_trials * TRIAL_S):
+                latencies = measure_latency(probe, home, latency_trials)
+            with bar.phase("tracking", seconds):
+                errors = run_chunks(probe, home, seconds)
+            with bar.phase("gripper"):
+                probe.send_width(0.0)
+                closed = probe.spin_until(lambda: probe.fingers.sum() < 0.01, 20)
+                probe.send_width(config.gripper_max_width)
+                opened = probe.spin_until(
+                    lambda: probe.fingers.sum() > config.gripper_max_width - 0.01, 20
+                )
+                stats = probe.fresh_stats()
         finally:
+            bar.show("stop")
             if probe is not None:
                 probe.close()
             context.try_shutdown()

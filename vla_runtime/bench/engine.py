@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime
 import torch
 
+from vla_runtime.bench.progress import bench_bar
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.engine.checkpoint import random_checkpoint
 from vla_runtime.engine.model import count_parameters, tokenize
@@ -38,6 +39,7 @@ from vla_runtime.engine.torch_backend import (
 MODES = tuple(ComputeMode(v, d) for v in range(5) for d in range(3))
 H200_BANDWIDTH = 4.8e12  # B/s (FACTS.md)
 TARGETS = {"ort_vs_torch_speedup": 1.5, "reuse_vs_full_speedup": 3.0}
+RSS_PASSES = 3  # sequential inferences per (back end, mode) that measure its peak RSS
 
 
 def _observation(spec, seed=0, stamp=0.0) -> Observation:
@@ -71,7 +73,7 @@ def _percentile(values, q) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def _time_modes(policies: dict, spec, modes, iterations, warmup) -> dict:
+def _time_modes(policies: dict, spec, modes, iterations, warmup, bar) -> dict:
     """Latency of every (back end, mode), interleaved: each iteration runs every pair once, so
     all ratios come from the same time window even when the host's load drifts. Each pair has
     its own caches (a shallow copy of the policy sharing weights/sessions)."""
@@ -86,11 +88,13 @@ def _time_modes(policies: dict, spec, modes, iterations, warmup) -> dict:
     stages = {key: {"vision": [], "backbone": [], "action_head": []} for key in runs}
     applied = {key: set() for key in runs}
     for i in range(warmup + iterations):
+        bar.set_postfix_str("warm-up" if i < warmup else "timed")
         for key, (policy, mode, obs) in runs.items():
             obs.stamp = (i + 1) * 2 * spec.dt  # two actions executed between requests
             start = time.perf_counter()
             chunk = policy.infer(obs, mode)
             elapsed = (time.perf_counter() - start) * 1e3
+            bar.update(1)
             if i < warmup:  # also fills the caches the mode reuses
                 continue
             latencies[key].append(elapsed)
@@ -99,11 +103,13 @@ def _time_modes(policies: dict, spec, modes, iterations, warmup) -> dict:
             applied[key].add(chunk.mode.token)
 
     results: dict = {backend: {} for backend in policies}
+    bar.set_postfix_str("peak RSS")
     for (backend, token), (policy, mode, obs) in runs.items():
         _reset_peak_rss()  # peak RSS: a short sequential pass per mode
-        for _ in range(3):
+        for _ in range(RSS_PASSES):
             obs.stamp += 2 * spec.dt
             policy.infer(obs, mode)
+            bar.update(1)
         results[backend][token] = {
             "p50_ms": _percentile(latencies[backend, token], 50),
             "p99_ms": _percentile(latencies[backend, token], 99),
@@ -146,7 +152,7 @@ def _reuse_errors(checkpoint, device) -> dict:
     return {k: float(v) for k, v in errors.items()}
 
 
-def _cuda_figures(checkpoint, iterations, warmup, bandwidth) -> dict:
+def _cuda_figures(checkpoint, iterations, warmup, bandwidth, bar) -> dict:
     """Eager vs CUDA-graph latency of one uncached inference, and the weight-bandwidth floor."""
     model, cfg, spec = checkpoint.model.to("cuda"), checkpoint.config, checkpoint.spec
     obs = _observation(spec)
@@ -160,6 +166,7 @@ def _cuda_figures(checkpoint, iterations, warmup, bandwidth) -> dict:
     def timed(fn) -> list[float]:
         for _ in range(warmup):
             fn()
+            bar.update(1)
         torch.cuda.synchronize()
         out = []
         for _ in range(iterations):
@@ -167,10 +174,13 @@ def _cuda_figures(checkpoint, iterations, warmup, bandwidth) -> dict:
             fn()
             torch.cuda.synchronize()
             out.append((time.perf_counter() - start) * 1e3)
+            bar.update(1)
         return out
 
     with torch.no_grad():
+        bar.set_postfix_str("cuda eager")
         eager = timed(lambda: full_inference(model, text, images, state, noise, steps))
+        bar.set_postfix_str("cuda graph")
         graph = CudaGraphInference(model, text, images, state, noise, steps)
         replay = timed(lambda: graph.run(text, images, state, noise))
         replayed = graph.run(text, images, state, noise).clone()
@@ -223,13 +233,14 @@ def run_bench(
     seed: int = 0,
     memory_bandwidth: float = H200_BANDWIDTH,
     engine_cache: str | None = None,
+    progress: bool = True,
 ) -> dict:
     """Benchmark figures as one JSON-serialisable dict (see module docstring).
 
     `threads` defaults to 1 on CPU: both back ends then get the same single core, and the
     figures survive a shared host (ORT's spinning thread pool collapses under contention);
     pass more on a dedicated machine. On CUDA, onnxruntime is skipped unless its CUDA
-    execution provider is installed."""
+    execution provider is installed. `progress`: a bar on stderr over the inferences."""
     if device.startswith("cuda"):
         suffix, visible = device.partition(":")[2], torch.cuda.device_count()
         if (int(suffix) if suffix.isdigit() else 0) >= visible:
@@ -240,24 +251,35 @@ def run_bench(
     previous_threads = torch.get_num_threads()
     threads = threads or (1 if device == "cpu" else previous_threads)
     torch.set_num_threads(threads)
+    # every inference of the latency and peak-RSS passes, and of CUDA's eager and graph runs
+    per_pair = warmup + iterations + RSS_PASSES
+    cuda_runs = 2 * (warmup + iterations) if device.startswith("cuda") else 0
+    total = len(backends) * len(modes) * per_pair + cuda_runs
     try:
-        return _run(
-            preset,
-            device,
-            backends,
-            iterations,
-            warmup,
-            modes,
-            threads,
-            seed,
-            memory_bandwidth,
-            engine_cache,
-        )
+        with bench_bar("engine", total, progress, unit="infer") as bar:
+            return _run(
+                preset,
+                device,
+                backends,
+                iterations,
+                warmup,
+                modes,
+                threads,
+                seed,
+                memory_bandwidth,
+                engine_cache,
+                bar,
+                per_pair * len(modes),
+            )
     finally:
         torch.set_num_threads(previous_threads)
 
 
-def _run(preset, device, backends, iterations, warmup, modes, threads, seed, bandwidth, cache):
+def _run(
+    preset, device, backends, iterations, warmup, modes, threads, seed, bandwidth, cache, bar,
+    per_backend,
+):  # fmt: skip
+    """`bar` counts inferences, `per_backend` of them for each back end that runs."""
     checkpoint = random_checkpoint(preset, seed)
     policies, skipped = {}, {}
     for backend in backends:
@@ -266,7 +288,9 @@ def _run(preset, device, backends, iterations, warmup, modes, threads, seed, ban
         elif backend == "onnxruntime":
             if device != "cpu" and len(default_providers(device)) == 1:
                 skipped[backend] = "onnxruntime has no CUDA execution provider here"
+                bar.total -= per_backend
                 continue
+            bar.set_postfix_str("onnx export")
             cache = cache or tempfile.mkdtemp(prefix="vla-bench-onnx-")
             start = time.perf_counter()
             policies[backend] = OrtPolicy.from_checkpoint(
@@ -292,7 +316,7 @@ def _run(preset, device, backends, iterations, warmup, modes, threads, seed, ban
         },
         "targets": TARGETS,
         "skipped": skipped,
-        "latency": _time_modes(policies, checkpoint.spec, modes, iterations, warmup),
+        "latency": _time_modes(policies, checkpoint.spec, modes, iterations, warmup, bar),
     }
     if "onnxruntime" in policies:
         result["settings"]["onnxruntime"] = onnxruntime.__version__
@@ -316,6 +340,7 @@ def _run(preset, device, backends, iterations, warmup, modes, threads, seed, ban
     if {"torch", "onnxruntime"} <= set(policies):
         result["ort_vs_torch_speedup"] = p50("torch", "v0d0") / p50("onnxruntime", "v0d0")
 
+    bar.set_postfix_str("reuse errors")
     result["max_abs_err"] = _reuse_errors(checkpoint, device)
     if {"torch", "onnxruntime"} <= set(policies):
         obs = _observation(checkpoint.spec, 3)
@@ -327,5 +352,5 @@ def _run(preset, device, backends, iterations, warmup, modes, threads, seed, ban
         result["max_abs_err"]["ort_vs_torch"] = float(np.abs(a - b).max())
 
     if device.startswith("cuda"):
-        result["cuda"] = _cuda_figures(checkpoint, iterations, warmup, bandwidth)
+        result["cuda"] = _cuda_figures(checkpoint, iterations, warmup, bandwidth, bar)
     return result

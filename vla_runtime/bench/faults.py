@@ -42,6 +42,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_runtime.bench.progress import bench_bar, step
 from vla_runtime.core import topics
 from vla_runtime.core.help_text import help_summary
 from vla_runtime.core.robot import load_robot
@@ -391,11 +392,14 @@ def run_bench(
     procs = Supervisor(node_env(claim), "vla_fault_bench_")
     rec = None
     windows: list[Window] = []
-    say = (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: 0)
+    bar = bench_bar("faults", len(faults), progress, unit="fault")
+    # lines above the bar, which tqdm then redraws
+    say = (lambda text: bar.write(text, file=sys.stderr)) if progress else (lambda _: 0)
     try:
         nodes = bench_nodes(settings, server.endpoint)
         gate = gate_output(next(n for n in nodes if n.name == "safety"), robot)
         rec = LoopRecorder(claim.domain_id, robot, gate)
+        bar.set_postfix_str("starting the loop")
         for spec in nodes:
             procs.start(spec)
         say(f"fault bench: {len(procs)} nodes on ROS_DOMAIN_ID={claim.domain_id}")
@@ -407,16 +411,19 @@ def run_bench(
             )
         say(f"loop running after {time.monotonic() - started:.0f} s")
         for name in faults:
-            rec.wait(rec.running, recover_timeout_s)
-            window = inject(name, rec, procs, settings)
-            window.end_outputs = len(rec.outputs)
-            window.end_injected = len(rec.injected)
-            windows.append(window)
+            with step(bar, name):
+                rec.wait(rec.running, recover_timeout_s)
+                window = inject(name, rec, procs, settings)
+                window.end_outputs = len(rec.outputs)
+                window.end_injected = len(rec.injected)
+                windows.append(window)
             say(f"  {name}: recovered in {window.recovered_s} s")
+        bar.set_postfix_str("last verdicts")
         rec.wait_elapsed(1.0)  # the last verdicts
         dead = [p.name for p in procs.dead()]
         last_words = {name: list(procs[name].tail)[-5:] for name in dead}
     finally:
+        bar.close()
         procs.close()
         if rec is not None:
             rec.close()

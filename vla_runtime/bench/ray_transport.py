@@ -12,7 +12,10 @@ import socket
 import threading
 import time
 
+from tqdm import tqdm
+
 from vla_runtime.bench.echo import EchoPolicy, bench_observation, overhead_ms, percentiles
+from vla_runtime.bench.progress import step
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.remote import ray_serve
@@ -120,21 +123,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def fleet_figures(n: int = 500, robots=(1, 4, 8), seconds: float = 10.0) -> dict:
+def fleet_figures(
+    n: int = 500, robots=(1, 4, 8), seconds: float = 10.0, bar: tqdm | None = None
+) -> dict:
     """`overhead_ms` and `throughput_rps` for `bench transport`, on one local Ray cluster
-    (each figure deploys and removes its own application)."""
+    (each figure deploys and removes its own application); `bar` advances by one per figure."""
     import ray
 
     limit_threads(1)
     ray.init(num_cpus=max(REPLICAS, os.cpu_count() or 1), include_dashboard=False,
              log_to_driver=False)  # fmt: skip
     try:
-        result = {"overhead_ms": overhead(n), "throughput_rps": {}}
+        with step(bar, "ray overhead"):
+            result = {"overhead_ms": overhead(n), "throughput_rps": {}}
         for count in robots:
-            result["throughput_rps"][str(count)] = {
-                mode: round(throughput(count, mode == "batched", seconds), 1)
-                for mode in ("unbatched", "batched")
-            }
+            figures = result["throughput_rps"][str(count)] = {}
+            for mode in ("unbatched", "batched"):
+                with step(bar, f"ray {count} robots {mode}"):
+                    figures[mode] = round(throughput(count, mode == "batched", seconds), 1)
     finally:
         ray.shutdown()
     return result

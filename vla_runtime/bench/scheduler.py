@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vla_runtime.bench.progress import bench_bar
 from vla_runtime.core.paths import config_dir, shipped_checkpoint
 from vla_runtime.core.scheduler import SchedulerConfig
 from vla_runtime.data.evaluate import DEFAULT_EXECUTE, EVAL_SEED, evaluate_stack
@@ -82,7 +83,9 @@ def run_bench(
     config: str | None = None,
     progress: bool = True,
 ) -> dict:
-    """Both arms on every task (same seeds); returns per-task figures, the pool and settings."""
+    """Both arms on every task (same seeds); returns per-task figures, the pool and settings.
+    `progress`: a bar on stderr over the episodes of both arms on every task, with each arm's
+    own evaluation bar beneath it."""
     checkpoint = checkpoint or os.environ.get("VLA_CHECKPOINT") or str(shipped_checkpoint())
     if not Path(checkpoint, "spec.json").is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint} (pass --ckpt DIR)")
@@ -90,10 +93,15 @@ def run_bench(
     execute = DEFAULT_EXECUTE if execute is None else execute
     config_path = str(Path(config or config_dir() / "scheduler.yaml").resolve())
     per_task = {}
-    for task in tasks:
-        full = _arm(checkpoint, task, episodes, seed, execute, progress, False, config_path)
-        scheduled = _arm(checkpoint, task, episodes, seed, execute, progress, True, config_path)
-        per_task[task] = compare(full, scheduled)
+    with bench_bar("scheduler", 2 * len(tasks) * episodes, progress, unit="episode") as bar:
+        for task in tasks:
+            arms = {}
+            for arm in ("full", "scheduled"):
+                bar.set_postfix_str(f"{task} {arm}")
+                arms[arm] = _arm(checkpoint, task, episodes, seed, execute, progress,
+                                 arm == "scheduled", config_path)  # fmt: skip
+                bar.update(episodes)
+            per_task[task] = compare(arms["full"], arms["scheduled"])
     overall = _pool(per_task)
     return {
         "tasks": per_task,

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 import mujoco
 import numpy as np
 
+from vla_runtime.bench.progress import PhaseBar
 from vla_runtime.sim.render import SceneRenderer
 from vla_runtime.sim.simulator import Simulator
 
@@ -36,7 +38,7 @@ def _sweep_trajectory(sim, duration_s: float = 60.0, period_s: float = 0.5) -> N
         raise RuntimeError(f"benchmark trajectory rejected: {reason}")
 
 
-def _physics_rtf(sim, seconds: float, moving: bool) -> dict:
+def _physics_rtf(sim, seconds: float, moving: bool, advance: Callable = lambda _: None) -> dict:
     sim.reset()
     if moving:
         _sweep_trajectory(sim)
@@ -46,6 +48,7 @@ def _physics_rtf(sim, seconds: float, moving: bool) -> dict:
         if moving and not sim.trajectory_active:
             _sweep_trajectory(sim)
         sim.step(BATCH_STEPS)
+        advance(time.perf_counter() - wall_start)
     wall = time.perf_counter() - wall_start
     simulated = sim.time - sim_start
     return {
@@ -55,38 +58,51 @@ def _physics_rtf(sim, seconds: float, moving: bool) -> dict:
     }
 
 
+def _render_cost(
+    sim, camera: str, width: int, height: int, seconds: float, advance: Callable
+) -> dict:
+    renderer = SceneRenderer(sim.xml, camera, width, height)
+    sim.reset()
+    _sweep_trajectory(sim)
+    renderer.render(sim.qpos)  # first frame pays for GL context and texture upload
+    samples = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds or len(samples) < 5:
+        sim.step(33)  # ~30 fps of sim time between frames, so each frame differs
+        qpos = sim.qpos
+        t0 = time.perf_counter()
+        renderer.render(qpos)
+        samples.append(time.perf_counter() - t0)
+        advance(time.perf_counter() - start)  # the time box, without the renderer set-up
+    renderer.close()
+    return {
+        "ms_p50": _percentile_ms(samples, 50),
+        "ms_p99": _percentile_ms(samples, 99),
+        "ms_mean": float(np.mean(samples) * 1e3),
+        "frames": len(samples),
+    }
+
+
 def run_bench(
-    seconds: float = 5.0, cameras=("scene", "wrist"), width: int = 224, height: int = 224
+    seconds: float = 5.0,
+    cameras=("scene", "wrist"),
+    width: int = 224,
+    height: int = 224,
+    progress: bool = True,
 ) -> dict:
     """Measure the simulator; returns figures plus the settings that produced them."""
 
     sim = Simulator()
-    physics = {
-        "hold": _physics_rtf(sim, seconds / 2, moving=False),
-        "trajectory": _physics_rtf(sim, seconds / 2, moving=True),
-    }
-    render = {}
     per_camera_s = seconds / max(1, len(cameras))
-    for camera in cameras:
-        renderer = SceneRenderer(sim.xml, camera, width, height)
-        sim.reset()
-        _sweep_trajectory(sim)
-        renderer.render(sim.qpos)  # first frame pays for GL context and texture upload
-        samples = []
-        start = time.perf_counter()
-        while time.perf_counter() - start < per_camera_s or len(samples) < 5:
-            sim.step(33)  # ~30 fps of sim time between frames, so each frame differs
-            qpos = sim.qpos
-            t0 = time.perf_counter()
-            renderer.render(qpos)
-            samples.append(time.perf_counter() - t0)
-        renderer.close()
-        render[camera] = {
-            "ms_p50": _percentile_ms(samples, 50),
-            "ms_p99": _percentile_ms(samples, 99),
-            "ms_mean": float(np.mean(samples) * 1e3),
-            "frames": len(samples),
-        }
+    with PhaseBar("sim", seconds + per_camera_s * len(cameras), progress) as bar:
+        physics = {}
+        for mode in ("hold", "trajectory"):
+            with bar.phase(f"physics {mode}", seconds / 2):
+                physics[mode] = _physics_rtf(sim, seconds / 2, mode == "trajectory", bar.advance)
+        render = {}
+        for camera in cameras:
+            with bar.phase(f"render {camera}", per_camera_s):
+                render[camera] = _render_cost(sim, camera, width, height, per_camera_s, bar.advance)
     return {
         "benchmark": "sim",
         "physics": {

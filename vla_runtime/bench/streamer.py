@@ -20,12 +20,14 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 
 import numpy as np
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 
+from vla_runtime.bench.progress import PhaseBar
 from vla_runtime.core.help_text import help_summary
 from vla_runtime.core.interpolation import Limits, limits_for
 from vla_runtime.core.robot import load_robot
@@ -99,7 +101,9 @@ def run_core(mode: str, delay_s: float, rate_hz: float = 250.0, max_s: float = 8
     }
 
 
-def run_node_jitter(rate_hz: float, tick_source: str, seconds: float) -> dict:
+def run_node_jitter(
+    rate_hz: float, tick_source: str, seconds: float, advance: Callable = lambda _: None
+) -> dict:
     rclpy.init(args=[])
     try:
         node = StreamerNode(
@@ -115,6 +119,7 @@ def run_node_jitter(rate_hz: float, tick_source: str, seconds: float) -> dict:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)
+            advance(seconds - (deadline - time.monotonic()))  # the time box, without set-up
         node.close()
         metrics = node.metrics()
         executor.shutdown()
@@ -134,18 +139,28 @@ def run_bench(
     sources=("thread", "timer"),
     seconds: float = 3.0,
     delays=(0.0, 0.1, 0.2, 0.3),
+    progress: bool = True,
 ) -> dict:
+    """`progress`: a bar on stderr over the node runs' seconds (the core runs, well under a
+    second in all, only name themselves in it)."""
     comparison = {}
-    for delay in delays:
-        key = f"{round(delay * 1000)}ms"
-        comparison[key] = {mode: run_core(mode, delay) for mode in ("async", "sync")}
+    with PhaseBar("streamer", len(sources) * len(rates) * seconds, progress) as bar:
+        for delay in delays:
+            key = f"{round(delay * 1000)}ms"
+            comparison[key] = {}
+            for mode in ("async", "sync"):
+                with bar.phase(f"core {mode} {key}"):
+                    comparison[key][mode] = run_core(mode, delay)
+        jitter = {}
+        with claim_domain() as claim:
+            os.environ.update(claim.env(base={}))
+            for source in sources:
+                for rate in rates:
+                    with bar.phase(f"node {source} {rate:g} Hz", seconds):
+                        jitter[f"{source}_{rate:g}hz"] = run_node_jitter(
+                            rate, source, seconds, bar.advance
+                        )
     core_ticks = [c["async"]["tick_us"] for c in comparison.values()]
-    jitter = {}
-    with claim_domain() as claim:
-        os.environ.update(claim.env(base={}))
-        for source in sources:
-            for rate in rates:
-                jitter[f"{source}_{rate:g}hz"] = run_node_jitter(rate, source, seconds)
     best = {
         f"{rate:g}hz": min(
             (jitter[f"{s}_{rate:g}hz"]["jitter_ms"]["p99"] or float("inf"), s) for s in sources

@@ -25,6 +25,7 @@ import zmq
 
 from vla_runtime.bench import ray_transport
 from vla_runtime.bench.echo import BENCH_SPEC, EchoPolicy, overhead_ms, percentiles
+from vla_runtime.bench.progress import bench_bar, step
 from vla_runtime.engine.remote import wire
 from vla_runtime.engine.remote.client import RemoteClient
 from vla_runtime.engine.remote.keys import (
@@ -96,17 +97,24 @@ def run_bench(
     fleet: bool = True,
     robots: tuple[int, ...] = (1, 4, 8),
     seconds: float = 10.0,
+    progress: bool = True,
 ) -> dict:
-    overhead = {"zmq": _overhead("zmq", n, warmup)}
-    if curve:
-        overhead["zmq_curve"] = _overhead("zmq", n, warmup, curve=True)
-    overhead["openpi"] = _overhead("openpi", n, warmup)
-    result = {"overhead_ms": overhead}
+    """`progress`: a bar on stderr over the paths and the throughput configurations."""
+    paths = {"zmq": False, **({"zmq_curve": True} if curve else {}), "openpi": False}
     ray_installed = importlib.util.find_spec("ray") is not None
-    if fleet and ray_installed:
-        figures = ray_transport.fleet_figures(min(n, 500), robots, seconds)
-        overhead["ray"] = figures["overhead_ms"]
-        result["throughput_rps"] = figures["throughput_rps"]
+    with_ray = fleet and ray_installed
+    # Ray: its overhead path, then unbatched and batched per robot count
+    total = len(paths) + (1 + 2 * len(robots) if with_ray else 0)
+    overhead = {}
+    result = {"overhead_ms": overhead}
+    with bench_bar("transport", total, progress, unit="run") as bar:
+        for path, encrypted in paths.items():
+            with step(bar, f"{path} overhead"):
+                overhead[path] = _overhead(path.removesuffix("_curve"), n, warmup, encrypted)
+        if with_ray:
+            figures = ray_transport.fleet_figures(min(n, 500), robots, seconds, bar)
+            overhead["ray"] = figures["overhead_ms"]
+            result["throughput_rps"] = figures["throughput_rps"]
     met = {
         f"{path}_overhead_p99_le_{target:g}ms": overhead[path]["p99"] <= target
         for path, target in TARGETS_MS.items()
