@@ -18,7 +18,8 @@ from vla_runtime.stack.resolver import coerce_scalar
 
 
 def test_engine_specs_are_typed_stack_arguments_and_bad_ones_are_refused():
-    spec = parse_engine_spec("backend=remote, endpoint=tcp://gpu:5555,scheduler=true", coerce_scalar)
+    text = "backend=remote, endpoint=tcp://gpu:5555,scheduler=true"
+    spec = parse_engine_spec(text, coerce_scalar)
     assert spec == {"backend": "remote", "endpoint": "tcp://gpu:5555", "scheduler": True}
     for bad in ("", "backend", "=torch", "backend=torch,backend=onnxruntime"):
         with pytest.raises(ValueError):

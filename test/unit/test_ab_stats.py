@@ -78,6 +78,6 @@ def test_sprt_refuses_meaningless_settings():
 
 def test_rms_jerk_of_a_cubic_is_its_constant_third_derivative():
     t = np.linspace(0.0, 2.0, 201)
-    q = np.stack([0.5 * t**3, -t**3 / 6 + t], axis=1)  # jerk 3 and -1 rad/s^3
+    q = np.stack([0.5 * t**3, -(t**3) / 6 + t], axis=1)  # jerk 3 and -1 rad/s^3
     assert rms_jerk(t, q) == pytest.approx(np.sqrt((9 + 1) / 2), rel=1e-3)
     assert rms_jerk(t[:3], q[:3]) is None

@@ -98,7 +98,7 @@ class PairedSprt:
 
     @property
     def decision(self) -> str | None:
-        """"a_better", "b_better", "no_difference", or None while the evidence is unclear."""
+        """ "a_better", "b_better", "no_difference", or None while the evidence is unclear."""
         upper = math.log((1 - self.beta) / (self.alpha / 2))
         lower = math.log(self.beta / (1 - self.alpha / 2))
         for_a, for_b = self._llr(self.a_only, self.b_only), self._llr(self.b_only, self.a_only)

@@ -59,17 +59,22 @@ def _arm_figures(entries: list[dict]) -> dict:
         "successes": successes,
         "success_rate": successes / n if n else None,
         "success_ci": [low, high],
-        "latency_ms": {"p50": _percentile(latency, 50), "p99": _percentile(latency, 99),
-                       "n": len(latency)},  # fmt: skip
+        "latency_ms": {
+            "p50": _percentile(latency, 50),
+            "p99": _percentile(latency, 99),
+            "n": len(latency),
+        },  # fmt: skip
         "time_to_success_s": _percentile(times, 50),
         "time_to_success_mean_s": float(np.mean(times)) if times else None,
         "jerk_rms": _percentile(jerk, 50),
         "handover_jump_rad_p99": _percentile(handover, 50),
         "veto_rate": verdicts["veto"] / chunks if chunks else None,
-        "stale_dropped": sum(int(float(e.get("streamer", {}).get("stale_dropped") or 0))
-                             for e in entries),  # fmt: skip
-        "stale_executed": sum(int(float(e.get("streamer", {}).get("stale_executed") or 0))
-                              for e in entries),  # fmt: skip
+        "stale_dropped": sum(
+            int(float(e.get("streamer", {}).get("stale_dropped") or 0)) for e in entries
+        ),  # fmt: skip
+        "stale_executed": sum(
+            int(float(e.get("streamer", {}).get("stale_executed") or 0)) for e in entries
+        ),  # fmt: skip
         "incidents": sum(e["outcome"] in ("stalled", "stack_died") for e in entries),
     }
 
@@ -117,8 +122,13 @@ def summarise_ab(entries, plan, settings, sprt, stopped_early, out: Path) -> dic
     summary = {
         "arms": arms,
         "difference": difference,
-        "sequential": {"decision": test.decision, "effect": test.effect, "alpha": test.alpha,
-                       "beta": test.beta, "applied": sprt is not None},  # fmt: skip
+        "sequential": {
+            "decision": test.decision,
+            "effect": test.effect,
+            "alpha": test.alpha,
+            "beta": test.beta,
+            "applied": sprt is not None,
+        },  # fmt: skip
         "stopped_early": stopped_early,
         "settings": settings,
         "log": str(out / "episodes.jsonl"),
@@ -143,8 +153,10 @@ def verdict(summary: dict) -> str:
         # The difference is A - B: positive means B is faster.
         faster, sign = ("b", 1) if latency["estimate"] > 0 else ("a", -1)
         low, high = sorted((sign * latency["ci_low"], sign * latency["ci_high"]))
-        speed = (f"{names[faster]} is faster by {sign * latency['estimate']:.1f} ms at the "
-                 f"engine median (95% CI {low:.1f}-{high:.1f})")
+        speed = (
+            f"{names[faster]} is faster by {sign * latency['estimate']:.1f} ms at the "
+            f"engine median (95% CI {low:.1f}-{high:.1f})"
+        )
     else:
         speed = (f"no latency difference is detectable ({latency['estimate']:+.1f} ms, 95% CI "
                  f"{latency['ci_low']:+.1f} to {latency['ci_high']:+.1f})")  # fmt: skip
@@ -228,7 +240,8 @@ def write_report(out: Path, summary: dict, entries: list[dict]) -> Path:
         rows.append(f"<tr><th>{title}</th>{cells}</tr>")
     cells = "".join(
         f"<td>{_fmt(summary['arms'][arm]['latency_ms']['p50'])} / "
-        f"{_fmt(summary['arms'][arm]['latency_ms']['p99'])}</td>" for arm in ARMS
+        f"{_fmt(summary['arms'][arm]['latency_ms']['p99'])}</td>"
+        for arm in ARMS
     )
     rows.insert(1, f"<tr><th>engine latency p50 / p99 (ms)</th>{cells}</tr>")
     head = "".join(f"<th>{arm.upper()}: {html.escape(_spec(summary['settings'][arm]))}</th>"
