@@ -54,3 +54,24 @@ def completed_pairs(done: set[tuple[int, str]], plan) -> list[int]:
     """Seeds, in plan order, whose episodes on both arms are done."""
     seeds = list(dict.fromkeys(seed for seed, _ in plan))
     return [s for s in seeds if (s, "a") in done and (s, "b") in done]
+
+
+def effective_episodes(lines: list[dict]) -> list[dict]:
+    """The episodes a log counts, in run order: episode lines, less those a later
+    {"event": "discard", "seed", "arm"} line took back (the log itself keeps both)."""
+    episodes: list[dict] = []
+    for line in lines:
+        if line.get("event") == "discard":
+            key = (line["seed"], line["arm"])
+            last = max((i for i, e in enumerate(episodes) if (e["seed"], e["arm"]) == key),
+                       default=None)  # fmt: skip
+            if last is not None:
+                episodes.pop(last)
+        elif "event" not in line:
+            episodes.append(line)
+    return episodes
+
+
+def next_episode(plan, done: set[tuple[int, str]]) -> tuple[int, str] | None:
+    """The first (seed, arm) of the plan not done: a discarded episode runs again next."""
+    return next((item for item in plan if item not in done), None)

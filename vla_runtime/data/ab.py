@@ -22,11 +22,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vla_runtime.core.ab_plan import ORDERS, completed_pairs, episode_order, parse_engine_spec
+from vla_runtime.core.ab_plan import (
+    ORDERS,
+    completed_pairs,
+    effective_episodes,
+    episode_order,
+    next_episode,
+    parse_engine_spec,
+)
 from vla_runtime.core.ab_stats import PairedSprt, rms_jerk
 from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.operator_episodes import OperatorEpisodes
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
+from vla_runtime.data.ab_operator import OperatorArm, OperatorConsole
 from vla_runtime.data.ab_summary import summarise_ab
 from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
 from vla_runtime.sim.tasks import TASKS
@@ -35,16 +44,26 @@ from vla_runtime.stack.resolver import StackError, coerce_scalar, resolve_stack
 LOG = "episodes.jsonl"
 
 
-def arm_stacks(spec_a: dict, spec_b: dict, task: str, base: dict) -> dict:
-    """The sim stack for each arm; a spec naming something the stack does not take is refused
-    here, before any episode runs."""
+REAL_STACKS = {"fr3": ("franka", {"robot_type": "fr3"}), "panda": ("franka", {"robot_type": "fer"}),
+               "ur5e": ("ur", {"ur_type": "ur5e"})}  # fmt: skip
+
+
+def arm_stacks(spec_a: dict, spec_b: dict, task: str, base: dict, robot: str, sim: bool) -> dict:
+    """The stack of each arm: the simulated FR3 workcell, or the robot's real stack with the
+    policy on. A spec naming something the stack does not take is refused here, before any
+    episode runs."""
+    name, arguments = ("sim", {"task": task}) if sim else REAL_STACKS[robot]
     stacks = {}
     for arm, spec in (("a", spec_a), ("b", spec_b)):
         try:
-            stacks[arm] = resolve_stack("sim", {**base, **spec, "task": task, "policy": True})
+            stacks[arm] = resolve_stack(name, {**base, **arguments, **spec, "policy": True})
         except StackError as exc:
-            raise ValueError(f"--{arm} {spec}: {exc}") from None
+            raise ValueError(f"--{arm} {_spec_text(spec)}: {exc}") from None
     return stacks
+
+
+def _spec_text(spec: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
 def read_log(path: Path) -> list[dict]:
@@ -53,70 +72,133 @@ def read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_ab(
-    stacks: dict, task: str, plan: list, log: Path, sprt: PairedSprt | None, progress: bool
-) -> tuple[list[dict], bool]:
-    """Run the plan's episodes not yet in `log`; returns every logged episode and whether the
-    SPRT stopped the run early."""
-    entries = read_log(log)
-    done = {(e["seed"], e["arm"]) for e in entries}
-    outcome = {(e["seed"], e["arm"]): e["success"] for e in entries}
+class SimulatedArms:
+    """Episodes on the simulated stack: the harness resets the scene to each seed and judges
+    success from the simulator."""
 
-    def decided() -> bool:
+    operator = False
+
+    def __init__(self, stacks: dict, task: str) -> None:
+        self.stacks, self.task = stacks, task
+        self.harness, self.arm = None, None
+
+    def open(self, arm: str) -> None:
+        self.close()
+        self.harness = stack_eval.StackHarness(self.stacks[arm], record_motion=True)
+        self.arm = arm
+        self.harness.warm_up(self.task)
+
+    def episode(self, seed: int):
+        self.harness.forget_reports()
+        try:
+            record = stack_eval.run_episode(self.harness, self.task, seed)
+        except (stack_eval.StackDied, stack_eval.StackStalled) as exc:
+            kind = "stack_died" if isinstance(exc, stack_eval.StackDied) else "stalled"
+            record = stack_eval.EpisodeRecord(seed, kind, False, None, 0.0, 0.0, str(exc))
+            self.close()  # restarted for the next episode
+            return "record", record, None
+        t0 = float(self.harness.episodes[-1]["stamp"])
+        return "record", record, commanded_jerk(self.harness, t0, record.sim_s)
+
+    def close(self) -> None:
+        if self.harness is not None:
+            self.harness.close()
+        self.harness, self.arm = None, None
+
+
+class OperatorArms:
+    """Episodes on a real arm's stack, started and judged by the operator's keys."""
+
+    operator = True
+
+    def __init__(self, stacks: dict, task: str, settings: dict, console=None) -> None:
+        self.stacks, self.task, self.settings = stacks, task, settings
+        self.console = console or OperatorConsole()
+        self.keys = OperatorEpisodes()
+        self.current, self.arm = None, None
+
+    def open(self, arm: str) -> None:
+        self.close()
+        label = f"{arm.upper()}: {_spec_text(self.settings[arm])}"
+        self.console.say(f"starting the stack of arm {label}")
+        self.current, self.arm = OperatorArm(self.stacks[arm], self.console, label), arm
+        self.current.warm_up()
+
+    def episode(self, seed: int):
+        self.console.say(f"episode: scene {seed}, arm {self.arm.upper()}")
+        kind, value = self.current.episode(self.keys, seed, self.task)
+        if kind != "record":
+            return kind, value, None
+        t0 = self.current.now() - value.sim_s
+        return kind, value, commanded_jerk(self.current.harness, t0, value.sim_s)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+        self.current, self.arm = None, None
+
+
+def run_ab(arms, task: str, plan: list, log: Path, sprt: PairedSprt | None, progress: bool):
+    """Run the plan's episodes not yet in `log` (a discarded one runs again); returns the
+    episodes that count and whether the SPRT stopped the run early."""
+    lines = read_log(log)
+
+    def state():
+        episodes = effective_episodes(lines)
+        done = {(e["seed"], e["arm"]) for e in episodes}
+        return episodes, done
+
+    def decided(episodes, done) -> bool:
         if sprt is None:
             return False
+        outcome = {(e["seed"], e["arm"]): e["success"] for e in episodes}
         test = PairedSprt(sprt.effect, sprt.alpha, sprt.beta)
         for seed in completed_pairs(done, plan):
             test.add(outcome[seed, "a"], outcome[seed, "b"])
         return test.decision is not None
 
-    harness, harness_arm = None, None
+    def append(line: dict) -> None:
+        with log.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+        lines.append(line)
+
+    episodes, done = state()
     bar = tqdm(total=len(plan), initial=len(done), desc=f"ab {task}", unit="ep",
-               disable=not progress)  # fmt: skip
-    stopped_early = decided()
+               disable=not progress or arms.operator)  # fmt: skip
+    stopped_early = False
+    last: tuple[int, str] | None = None
     try:
-        for seed, arm in plan:
-            if stopped_early:
+        while (item := next_episode(plan, done)) is not None:
+            if decided(episodes, done):
+                stopped_early = True
                 break
-            if (seed, arm) in done:
-                continue
-            if harness_arm != arm:  # one stack at a time: the idle arm must not load the host
-                if harness is not None:
-                    harness.close()
-                    harness = None
-                harness = stack_eval.StackHarness(stacks[arm], record_motion=True)
-                harness_arm = arm
-                harness.warm_up(task)
-            harness.forget_reports()
-            try:
-                record = stack_eval.run_episode(harness, task, seed)
-            except (stack_eval.StackDied, stack_eval.StackStalled) as exc:
-                kind = "stack_died" if isinstance(exc, stack_eval.StackDied) else "stalled"
-                record = stack_eval.EpisodeRecord(seed, kind, False, None, 0.0, 0.0, str(exc))
-                harness.close()
-                harness, harness_arm = None, None
-            entry = {"arm": arm, **asdict(record), "jerk_rms": _jerk(harness, record)}
-            with log.open("a") as f:
-                f.write(json.dumps(entry) + "\n")
-            entries.append(entry)
-            done.add((seed, arm))
-            outcome[seed, arm] = record.success
-            bar.update(1)
-            stopped_early = decided() and len(done) < len(plan)
+            seed, arm = item
+            if arms.arm != arm:  # one stack at a time: the idle arm must not load the host
+                arms.open(arm)
+            kind, value, jerk = arms.episode(seed)
+            if kind == "stop":
+                break
+            if kind == "record":
+                append({"arm": arm, **asdict(value), "jerk_rms": jerk})
+                last = (seed, arm)
+            elif kind == "aborted":
+                append({"event": "aborted", "seed": seed, "arm": arm, "reason": value})
+            elif kind == "discard_last" and last is not None:
+                append({"event": "discard", "seed": last[0], "arm": last[1], "reason": value})
+                last = None
+            episodes, done = state()
+            bar.n = len(done)
+            bar.refresh()
     finally:
         bar.close()
-        if harness is not None:
-            harness.close()
-    return entries, stopped_early
+        arms.close()
+    return state()[0], stopped_early
 
 
-def _jerk(harness, record) -> float | None:
-    """RMS jerk of the commanded arm positions during the episode."""
-    if harness is None or not harness.episodes:
-        return None
-    t0 = float(harness.episodes[-1]["stamp"])
+def commanded_jerk(harness, t0: float, duration_s: float) -> float | None:
+    """RMS jerk of the commanded arm positions during [t0, t0 + duration_s]."""
     commands = [(t, q) for kind, t, q in harness.motion
-                if kind == "command" and t0 <= t <= t0 + record.sim_s]  # fmt: skip
+                if kind == "command" and t0 <= t <= t0 + duration_s]  # fmt: skip
     return rms_jerk([t for t, _ in commands], [q for _, q in commands]) if commands else None
 
 
@@ -126,9 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="arm A's engine: name=value[,name=value] stack arguments")  # fmt: skip
     parser.add_argument("--b", required=True, metavar="SPEC", help="arm B's engine")
     parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--robot", default="fr3", choices=("fr3",),
-                        help="simulated arm (the shipped policy is for the FR3)")  # fmt: skip
-    parser.add_argument("--sim", action="store_true", help="the simulated stack (required)")
+    parser.add_argument("--robot", default="fr3", choices=sorted(REAL_STACKS),
+                        help="the arm (simulated: fr3 only)")  # fmt: skip
+    parser.add_argument("--sim", action="store_true",
+                        help="the simulated workcell; without it, the robot's real stack with "
+                        "operator-driven episodes (keys on stdin)")  # fmt: skip
+    parser.add_argument("--set", action="append", default=[], metavar="NAME:=VALUE",
+                        help="stack argument of both arms, e.g. robot_ip:=172.16.0.2")  # fmt: skip
     parser.add_argument("--episodes", type=int, default=20, help="episodes per arm (pairs)")
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first scene seed")
     parser.add_argument("--order", choices=ORDERS, default="abba")
@@ -149,9 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
 def ab_main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.sim:
-        parser.error("only simulated arms are supported (--sim): operator-driven episodes on a "
-                     "real arm are not built yet")  # fmt: skip
+    if args.sim and args.robot != "fr3":
+        parser.error(f"--robot {args.robot} --sim: the simulated workcell has the FR3 only")
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
     if not os.path.isdir(args.ckpt):
@@ -163,12 +248,18 @@ def ab_main(argv: list[str] | None = None) -> int:
     sprt = PairedSprt(args.effect, args.alpha, args.beta) if args.sequential else None
     base = {"checkpoint": os.path.abspath(args.ckpt), "stream_mode": "async",
             "image_size": checkpoint_image_size(args.ckpt)}  # fmt: skip
-    stacks = arm_stacks(spec_a, spec_b, args.task, base)
+    for item in args.set:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            parser.error(f"--set {item!r}: expected NAME:=VALUE")
+        base[name] = coerce_scalar(value)
+    stacks = arm_stacks(spec_a, spec_b, args.task, base, args.robot, args.sim)
     out = Path(args.out or f"runs/ab_{args.task}")
     log = out / LOG
     settings = {"task": args.task, "a": spec_a, "b": spec_b, "seed": args.seed,
                 "episodes": args.episodes, "order": args.order, "checkpoint": base["checkpoint"],
-                "sequential": args.sequential}  # fmt: skip
+                "sequential": args.sequential, "robot": args.robot, "sim": args.sim,
+                "stack_arguments": args.set}  # fmt: skip
     settings_file = out / "settings.json"
     if args.resume and settings_file.exists():
         previous = json.loads(settings_file.read_text())
@@ -180,11 +271,17 @@ def ab_main(argv: list[str] | None = None) -> int:
     settings_file.write_text(json.dumps(settings, indent=2))
     plan = episode_order(args.episodes, args.seed, args.order)
     try:
-        entries, stopped_early = run_ab(stacks, args.task, plan, log, sprt, not args.no_progress)
+        arms = (SimulatedArms(stacks, args.task) if args.sim
+                else OperatorArms(stacks, args.task, settings))  # fmt: skip
+        entries, stopped_early = run_ab(arms, args.task, plan, log, sprt, not args.no_progress)
     except KeyboardInterrupt:
         print(f"vla-runtime ab: interrupted; {log} keeps every finished episode (--resume)",
               file=sys.stderr)  # fmt: skip
         return 130
+    except (stack_eval.StackDied, stack_eval.StackStalled) as exc:
+        print(f"vla-runtime ab: the stack failed: {str(exc).splitlines()[0][:600]}; {log} keeps "
+              "every finished episode (--resume)", file=sys.stderr)  # fmt: skip
+        return 1
     summary = summarise_ab(entries, plan, settings, sprt, stopped_early, out)
     print(json.dumps(summary, indent=None if args.json else 2))
     print(f"vla-runtime ab: {summary['verdict']}", file=sys.stderr)

@@ -366,8 +366,11 @@ class StackStalled(RuntimeError):
 
 
 def stack_robot(stack: Stack):
-    driver = next(n for n in stack.nodes if n.name == "sim_driver")
-    return load_robot(driver.parameters.get("robot", "fr3"))
+    """The arm of the stack: its nodes name one robot description."""
+    names = {n.parameters["robot"] for n in stack.nodes if "robot" in n.parameters}
+    if len(names) > 1:
+        raise ValueError(f"stack {stack.name}: nodes name different robots {sorted(names)}")
+    return load_robot(names.pop() if names else "fr3")
 
 
 def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
@@ -420,7 +423,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
         best_progress={k: round(v, 4) for k, v in best.items()},
         milestones_s=milestones,
     )
-    _collect(harness, record, t0, t_end)
+    collect_episode(harness, record, t0, t_end)
     return record
 
 
@@ -431,7 +434,7 @@ def _keep_best(best: dict, progress: dict) -> None:
             best[key] = value
 
 
-def _collect(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: float) -> None:
+def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: float) -> None:
     """This episode's share of what the stack reported (by stamps in [t0, t_end])."""
     verdicts = {v: 0 for v in VERDICTS}
     for event in harness.safety_events:
