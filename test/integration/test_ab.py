@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from rosbags.rosbag2 import Reader
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -64,3 +65,10 @@ def test_an_interrupted_ab_run_resumes_without_repeating_or_losing_an_episode(tm
     page = (out / "report.html").read_text()
     assert len(re.findall(r'src="data:image/png;base64,', page)) == 3
     assert summary["verdict"].split(";")[0] in page
+    # Each stack's run is a bag a third-party reader opens, the interrupted one included.
+    bags = sorted((out / "bags").iterdir())
+    assert len(bags) >= 3
+    for bag in bags:
+        with Reader(bag) as reader:
+            counts = {c.topic: c.msgcount for c in reader.connections}
+        assert counts.get("/vla/episode", 0) >= 1 and counts.get("/joint_states", 0) > 50, counts

@@ -3,14 +3,16 @@ specs (A and B), the same checkpoint, the same full stack, paired episodes.
 
 Each pair runs both arms on one scene seed, in an order that removes drift (`--order`:
 ABBA by default). Every episode goes through the product path in real time (cameras, engine,
-safety, streamer, simulated arm); only the engine's stack arguments differ between the arms.
-Episodes stream to OUT/episodes.jsonl as they finish, so Ctrl-C loses nothing and `--resume`
+safety, streamer, arm); only the engine's stack arguments differ between the arms. With
+`--sim` the simulated workcell resets each scene and judges success; without it the robot's
+real stack runs and an operator starts and judges each episode with keys on stdin
+(data/ab_operator.py). Episodes stream to OUT/episodes.jsonl as they finish and each stack's
+run is recorded as a rosbag2 bag under OUT/bags, so Ctrl-C loses nothing and `--resume`
 continues where the log ends. With `--sequential`, a paired SPRT stops the run once the
 discordant pairs make the answer clear. The summary (JSON on stdout) holds per-arm figures,
 the differences with confidence intervals and a one-sentence verdict; OUT/report.html shows
 the plots.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from vla_runtime.core import topics
 from vla_runtime.core.ab_plan import (
     ORDERS,
     completed_pairs,
@@ -38,6 +41,8 @@ from vla_runtime.data import stack_eval
 from vla_runtime.data.ab_operator import OperatorArm, OperatorConsole
 from vla_runtime.data.ab_summary import summarise_ab
 from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
+from vla_runtime.data.record import TopicRecorder
+from vla_runtime.data.rosbag2_bag import BagWriter
 from vla_runtime.sim.tasks import TASKS
 from vla_runtime.stack.resolver import StackError, coerce_scalar, resolve_stack
 
@@ -72,14 +77,40 @@ def read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class StackRecording:
+    """Each stack's run as a rosbag2 bag (OUT/bags/NNN_ARM): what the arm was told and did,
+    the chunks and their verdicts, the episode boundaries and the nodes' figures, so a reviewer
+    can replay any episode. Images are left out (they would dwarf everything else)."""
+
+    TOPICS = {topics.JOINT_STATES, topics.COMMAND, topics.ACTION_CHUNK, topics.CHECKED_CHUNK,
+              topics.SAFETY_EVENTS, topics.DRIVER_EVENTS, topics.EPISODE, topics.ENGINE_STATS,
+              topics.STREAMER_STATS}  # fmt: skip
+
+    def __init__(self, out: Path) -> None:
+        self.root = out / "bags"
+        self.writer = None
+
+    def start(self, node, arm: str) -> None:
+        self.stop()
+        self.root.mkdir(parents=True, exist_ok=True)
+        index = len([p for p in self.root.iterdir() if p.is_dir()])
+        self.writer = BagWriter(self.root / f"{index:03d}_{arm}")
+        TopicRecorder(node, self.writer, self.TOPICS).discover()  # the stack is up: all publish
+
+    def stop(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.writer = None
+
+
 class SimulatedArms:
     """Episodes on the simulated stack: the harness resets the scene to each seed and judges
     success from the simulator."""
 
     operator = False
 
-    def __init__(self, stacks: dict, task: str) -> None:
-        self.stacks, self.task = stacks, task
+    def __init__(self, stacks: dict, task: str, recording: StackRecording) -> None:
+        self.stacks, self.task, self.recording = stacks, task, recording
         self.harness, self.arm = None, None
 
     def open(self, arm: str) -> None:
@@ -87,6 +118,7 @@ class SimulatedArms:
         self.harness = stack_eval.StackHarness(self.stacks[arm], record_motion=True)
         self.arm = arm
         self.harness.warm_up(self.task)
+        self.recording.start(self.harness.node, arm)
 
     def episode(self, seed: int):
         self.harness.forget_reports()
@@ -101,6 +133,7 @@ class SimulatedArms:
         return "record", record, commanded_jerk(self.harness, t0, record.sim_s)
 
     def close(self) -> None:
+        self.recording.stop()
         if self.harness is not None:
             self.harness.close()
         self.harness, self.arm = None, None
@@ -111,8 +144,10 @@ class OperatorArms:
 
     operator = True
 
-    def __init__(self, stacks: dict, task: str, settings: dict, console=None) -> None:
-        self.stacks, self.task, self.settings = stacks, task, settings
+    def __init__(
+        self, stacks: dict, task: str, settings: dict, recording: StackRecording, console=None
+    ) -> None:
+        self.stacks, self.task, self.settings, self.recording = stacks, task, settings, recording
         self.console = console or OperatorConsole()
         self.keys = OperatorEpisodes()
         self.current, self.arm = None, None
@@ -123,6 +158,7 @@ class OperatorArms:
         self.console.say(f"starting the stack of arm {label}")
         self.current, self.arm = OperatorArm(self.stacks[arm], self.console, label), arm
         self.current.warm_up()
+        self.recording.start(self.current.harness.node, arm)
 
     def episode(self, seed: int):
         self.console.say(f"episode: scene {seed}, arm {self.arm.upper()}")
@@ -133,6 +169,7 @@ class OperatorArms:
         return kind, value, commanded_jerk(self.current.harness, t0, value.sim_s)
 
     def close(self) -> None:
+        self.recording.stop()
         if self.current is not None:
             self.current.close()
         self.current, self.arm = None, None
@@ -271,8 +308,9 @@ def ab_main(argv: list[str] | None = None) -> int:
     settings_file.write_text(json.dumps(settings, indent=2))
     plan = episode_order(args.episodes, args.seed, args.order)
     try:
-        arms = (SimulatedArms(stacks, args.task) if args.sim
-                else OperatorArms(stacks, args.task, settings))  # fmt: skip
+        recording = StackRecording(out)
+        arms = (SimulatedArms(stacks, args.task, recording) if args.sim
+                else OperatorArms(stacks, args.task, settings, recording))  # fmt: skip
         entries, stopped_early = run_ab(arms, args.task, plan, log, sprt, not args.no_progress)
     except KeyboardInterrupt:
         print(f"vla-runtime ab: interrupted; {log} keeps every finished episode (--resume)",
