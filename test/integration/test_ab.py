@@ -65,10 +65,11 @@ def test_an_interrupted_ab_run_resumes_without_repeating_or_losing_an_episode(tm
     page = (out / "report.html").read_text()
     assert len(re.findall(r'src="data:image/png;base64,', page)) == 3
     assert summary["verdict"].split(";")[0] in page
-    # Each stack's run is a bag a third-party reader opens, the interrupted one included.
-    bags = sorted((out / "bags").iterdir())
-    assert len(bags) >= 3
-    for bag in bags:
+    # Each stack's run is a bag a third-party reader opens (the interrupted run's too; its last
+    # stack may have been stopped before it recorded anything).
+    recorded = []
+    for bag in sorted((out / "bags").iterdir()):
         with Reader(bag) as reader:
             counts = {c.topic: c.msgcount for c in reader.connections}
-        assert counts.get("/vla/episode", 0) >= 1 and counts.get("/joint_states", 0) > 50, counts
+        recorded.append(counts.get("/vla/episode", 0) >= 1 and counts.get("/joint_states", 0) > 50)
+    assert sum(recorded) >= 3, recorded  # A, then B and A again after the resume
