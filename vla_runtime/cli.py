@@ -122,6 +122,8 @@ DATA_COMMANDS = {
     "eval": ("vla_runtime.data.evaluate", "eval_main"),
     "ab": ("vla_runtime.data.ab", "ab_main"),
     "serve": ("vla_runtime.engine.remote.serve_cli", "serve_main"),
+    "export": ("vla_runtime.engine.build_cli", "export_main"),
+    "build-engine": ("vla_runtime.engine.build_cli", "build_engine_main"),
 }
 BENCH_OPTIONS = {
     "seconds": (["--seconds"], {"type": float, "help": "run length (s)"}),
@@ -190,7 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, (module, _) in DATA_COMMANDS.items():
         sub.add_parser(name, help=f"see `vla-runtime {name} --help` ({module})", add_help=False)
-    sub.add_parser("calibrate", help="`calibrate scheduler --data DIR`: fit thresholds")
+    sub.add_parser(
+        "calibrate",
+        help="`calibrate intrinsics|hand-eye|latency [--sim]`: cameras and timing "
+        "(calibration/); `calibrate scheduler --data DIR`: scheduler thresholds",
+        add_help=False,
+    )
     return parser
 
 
@@ -214,6 +221,12 @@ def _dispatch(argv: list[str]) -> int:
         return _entry(*DATA_COMMANDS[argv[0]])(argv[1:])
     if argv[:2] == ["calibrate", "scheduler"]:
         return _entry("vla_runtime.data.calibrate_scheduler", "calibrate_main")(argv[2:])
+    if argv[:1] == ["calibrate"]:
+        if len(argv) == 1:
+            print("usage: vla-runtime calibrate {intrinsics,hand-eye,latency,scheduler} ... "
+                  "(vla-runtime calibrate --help)", file=sys.stderr)  # fmt: skip
+            return 2
+        return _entry("vla_runtime.data.calibrate", "calibrate_main")(argv[1:])
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # Stack arguments (name:=value) may come after options: `launch sim --duration 5 seed:=3`.
@@ -222,8 +235,6 @@ def _dispatch(argv: list[str]) -> int:
         extra = [e for e in extra if e.startswith("-")]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if not hasattr(args, "func"):  # `calibrate` without its subcommand
-        parser.error(f"{args.command}: expected `vla-runtime calibrate scheduler --data DIR`")
     return args.func(args)
 
 

@@ -47,12 +47,16 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 
 
 class Probe(Recorder):
-    """A test-side recorder on the launched stack's domain (sim time): the arm's joints, driver
-    events; sends trajectories to the arm controller (`jtc`: its name, under `namespace`)."""
+    """A test-side recorder on the launched stack's domain (sim time): the arm's joints (named
+    with `joint_prefix`), driver events; sends trajectories to the arm controller (`jtc`: its
+    name, under `namespace`)."""
 
     joints = ARM
 
-    def __init__(self, domain_id: int, jtc: str = "fr3_arm_controller", namespace: str = ""):
+    def __init__(
+        self, domain_id: int, jtc: str = "fr3_arm_controller", namespace: str = "",
+        joint_prefix: str = "",
+    ):  # fmt: skip
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
         from trajectory_msgs.msg import JointTrajectory
@@ -60,6 +64,8 @@ class Probe(Recorder):
         os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
         super().__init__("launch_probe", domain_id=domain_id, use_sim_time=True)
         self.q: np.ndarray | None = None
+        self.joints = [joint_prefix + name for name in self.joints]
+        self.state_names: list[str] = []  # of the latest joint state
         self.events = self.record(String, "/vla/driver/events", 10, json_data, stamped=False)
         self.node.create_subscription(JointState, f"{namespace}/joint_states", self._on_state, 10)
         self.jtc = self.node.create_publisher(
@@ -67,6 +73,7 @@ class Probe(Recorder):
         )
 
     def _on_state(self, msg) -> None:
+        self.state_names = list(msg.name)
         index = {n: i for i, n in enumerate(msg.name)}
         self.q = np.array([msg.position[index[n]] for n in self.joints])
 
@@ -103,5 +110,8 @@ class URProbe(Probe):
 
     joints = UR
 
-    def __init__(self, domain_id: int, jtc: str = "scaled_joint_trajectory_controller"):
-        super().__init__(domain_id, jtc)
+    def __init__(
+        self, domain_id: int, jtc: str = "scaled_joint_trajectory_controller",
+        joint_prefix: str = "",
+    ):  # fmt: skip
+        super().__init__(domain_id, jtc, joint_prefix=joint_prefix)

@@ -1,6 +1,7 @@
 """The vendors' fake/mock hardware commands of docs/bringup.md start the simulated stacks: the
 arm's joint states arrive and it follows trajectories on the controller the arguments name
-(under franka_bringup's namespace where one is given)."""
+(under franka_bringup's namespace where one is given, on the joint names their prefix gives),
+and the policy pipeline drives the arm on prefixed joint names."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 
 import numpy as np
 import pytest
-from stack_probe import HOME, UR_HOME, Probe, URProbe, finish, start_launcher
+from stack_probe import ARM, HOME, UR, UR_HOME, Probe, URProbe, finish, start_launcher
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +78,80 @@ def test_franka_namespace_puts_the_simulated_arm_topics_under_it(tmp_path):
     run_and_stop(proc, lambda: Probe(domain, namespace="/left"), check)
     topics = json.loads(report.read_text())["topics"]
     assert topics["/left/joint_states"]["count"] > 0 and "/joint_states" not in topics
+
+
+def check_prefixed_arm(probe, home: np.ndarray, unprefixed: list[str], fingers: list[str]) -> None:
+    """The arm's joint states carry the prefix, it follows a trajectory on the prefixed names,
+    and one on the unprefixed names is refused (the arm holds)."""
+    assert probe.state_names == [*probe.joints, *fingers]
+    assert np.allclose(probe.q, home, atol=0.02)
+    goal = home + np.linspace(0.1, -0.1, len(home))
+    assert probe.moves_to(goal), probe.q
+    probe.send(unprefixed, [(1.0, home)])
+    assert probe.wait(lambda: probe.events, 30), "no driver event"
+    assert probe.events[0]["event"] == "rejected" and "lack the prefix" in probe.events[0]["reason"]
+    probe.spin_sim_seconds(1.0)
+    assert np.max(np.abs(probe.q - goal)) < 0.01, probe.q
+
+
+def test_franka_arm_prefix_names_the_simulated_fr3_joints():
+    proc, domain = start_launcher(
+        "--duration", "300", "use_fake_hardware:=true", "arm_prefix:=left", stack="franka"
+    )
+    fingers = ["left_fr3_finger_joint1", "left_fr3_finger_joint2"]  # franka_description's join
+    run_and_stop(proc, lambda: Probe(domain, joint_prefix="left_"),
+                 lambda probe: check_prefixed_arm(probe, HOME, ARM, fingers))  # fmt: skip
+
+
+def test_ur_tf_prefix_names_the_simulated_ur5e_joints():
+    proc, domain = start_launcher(
+        "--duration", "300", "use_mock_hardware:=true", "tf_prefix:=left_", stack="ur"
+    )
+    fingers = ["left_gripper_finger_joint1", "left_gripper_finger_joint2"]
+    run_and_stop(proc, lambda: URProbe(domain, joint_prefix="left_"),
+                 lambda probe: check_prefixed_arm(probe, UR_HOME, UR, fingers))  # fmt: skip
+
+
+# Safety events of joint names it cannot find: in a joint state, a command, a chunk.
+NAME_MISMATCHES = ("malformed joint state", "non-finite arm values", "joint names")
+
+
+def test_the_policy_drives_the_arm_on_prefixed_joint_names():
+    """Engine (state mapping), safety (checks, gate, sim scene rollouts) and streamer all find
+    the prefixed joints: checked chunks and commands name them and the arm moves."""
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import String
+    from trajectory_msgs.msg import JointTrajectory
+
+    from vla_runtime.testing.recorder import json_data
+
+    proc, domain = start_launcher(
+        "--duration", "300", "use_fake_hardware:=true", "arm_prefix:=left", "policy:=true",
+        "checkpoint:=checkpoints/vla_tiny_sim", "image_size:=96", "threads:=1",
+        "control_rate_hz:=100", "command_interface:=trajectory", "trajectory_lookahead:=6",
+        stack="franka",
+    )  # fmt: skip
+    names = [f"left_fr3_joint{i}" for i in range(1, 8)]
+
+    def probe_factory():
+        probe = Probe(domain, joint_prefix="left_")
+        probe.checked = probe.record(JointTrajectory, "/vla/checked_chunk", stamped=False)
+        probe.commands = probe.record(JointState, "/vla/command", stamped=False)
+        probe.safety = probe.record(String, "/vla/safety/events", 100, json_data, stamped=False)
+        return probe
+
+    def check(probe):
+        assert probe.wait(lambda: probe.checked and np.max(np.abs(probe.q - HOME)) > 0.02, 240), (
+            f"{len(probe.checked)} checked chunks, arm at {probe.q}, safety {probe.safety[-5:]}"
+        )
+        assert probe.checked[-1].joint_names == [*names, "left_fr3_finger_joint1"]
+        assert probe.commands and probe.commands[-1].name[:7] == names
+        # The sim scene's rollouts ran: its model names the joints without the prefix.
+        assert probe.wait(lambda: any("rollout_ms" in e for e in probe.safety), 60), probe.safety
+        # What names that do not match would cause (a loaded host's stale inputs are no issue).
+        mismatched = [e for e in probe.safety if e.get("event") == "scene_rejected"
+                      or any(text in str(e) for text in NAME_MISMATCHES)]  # fmt: skip
+        assert not mismatched, mismatched
+        assert not probe.events, probe.events  # the driver refused no command
+
+    run_and_stop(proc, probe_factory, check)

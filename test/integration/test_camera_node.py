@@ -289,7 +289,8 @@ def test_sim_camera_renders_scene_state_with_its_sim_stamp(rclpy_context, tmp_pa
     info = infos[-1]
     focal = 0.5 * 48 / np.tan(np.radians(30.0))  # MuJoCo's fovy is vertical
     np.testing.assert_allclose(
-        np.reshape(info.k, (3, 3)), [[focal, 0, 32], [0, focal, 24], [0, 0, 1]]
+        np.reshape(info.k, (3, 3)),
+        [[focal, 0, 31.5], [0, focal, 23.5], [0, 0, 1]],  # pixel centres
     )
 
 

@@ -59,11 +59,27 @@ def test_every_benchmark_takes_no_progress():
 
 
 def test_calibrate_without_its_subcommand_is_a_one_line_usage_error(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["calibrate"])
-    assert exc.value.code == 2
+    assert main(["calibrate"]) == 2
     err = capsys.readouterr().err
-    assert "calibrate scheduler --data DIR" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    for procedure in ("intrinsics", "hand-eye", "latency", "scheduler"):
+        assert procedure in err
+
+
+def test_calibrate_help_lists_every_procedure(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for procedure in ("intrinsics", "hand-eye", "latency", "scheduler"):
+        assert f"\n    {procedure}" in out
+
+
+@pytest.mark.parametrize("procedure", ["intrinsics", "hand-eye", "latency"])
+def test_calibrate_without_sim_says_what_hardware_needs(procedure, capsys):
+    assert main(["calibrate", procedure]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "only --sim runs here" in err
 
 
 @pytest.mark.parametrize(

@@ -23,14 +23,14 @@ def test_checkpoint_less_policy_is_refused_on_a_real_arm(capsys):
         (["franka", "arm_id:=fr3v2"], "no FR3v2 description"),
         (["franka", "use_fake_hardware:=true", "arm_id:=fer"], "models only the FR3"),
         (["franka", "fake_sensor_commands:=true"], "only with fake hardware"),
-        (["franka", "arm_prefix:=left_"], "joint-name prefixes are not supported"),
+        (["franka", "arm_prefix:=left-arm"], "arm_prefix must be a ROS name fragment"),
         (["franka", "namespace:=2arms"], "is no ROS namespace"),
         (["ur", "mock_sensor_commands:=true"], "only with mock hardware"),
         (
             ["ur", "initial_joint_controller:=forward_velocity_controller"],
             "streams joint positions",
         ),
-        (["ur", "tf_prefix:=left_"], "joint-name prefixes are not supported"),
+        (["ur", "tf_prefix:=left/"], "tf_prefix must be a ROS name fragment"),
         (["ur", "use_mock_hardware:=true", "use_sim:=false"], "disagree (both set use_sim)"),
     ],
 )

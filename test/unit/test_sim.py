@@ -209,7 +209,7 @@ def test_renderer_images_and_intrinsics(scene, sim):
         assert np.abs(renderers["wrist"].render(moved).astype(int) - images["wrist"]).mean() > 5
         k = renderers["scene"].intrinsics()
         f = 36.0 / math.tan(math.radians(SceneConfig().scene_fovy_deg) / 2)
-        np.testing.assert_allclose(k, [[f, 0, 48.0], [0, f, 36.0], [0, 0, 1]])
+        np.testing.assert_allclose(k, [[f, 0, 47.5], [0, f, 35.5], [0, 0, 1]])  # pixel centres
         with pytest.raises(ValueError, match="shape"):
             renderers["scene"].render(sim.qpos[:5])
     finally:

@@ -31,6 +31,7 @@ def test_sim_stack_resolves_driver_and_two_cameras():
         "fps": 15.0,
         "width": 224,
         "height": 224,
+        "calibration_dir": "calibration/sim",  # `vla-runtime calibrate --sim` results, if any
     }
     assert wrist.parameters["camera_name"] == "wrist"
     assert "/joint_states" in stack.report_topics
@@ -86,8 +87,8 @@ def test_franka_switches_between_sim_and_devices():
 def test_unknown_argument_and_refused_combination_are_clear_errors():
     with pytest.raises(StackError, match="no argument"):
         resolve_stack("sim", {"not_an_arg": 1})
-    with pytest.raises(StackError, match="joint-name prefixes are not supported"):
-        resolve_stack("ur", {"tf_prefix": "left_"})
+    with pytest.raises(StackError, match="tf_prefix must be a ROS name fragment"):
+        resolve_stack("ur", {"tf_prefix": "left-"})
     with pytest.raises(StackError, match="no stack 'nope'"):
         resolve_stack("nope")
 

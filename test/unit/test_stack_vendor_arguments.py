@@ -110,11 +110,34 @@ def test_franka_namespace_moves_the_nodes_and_the_driver_topics():
     assert "is no ROS namespace" in refusal("franka", namespace="2arms")
 
 
-def test_franka_arm_prefix_only_empty():
-    assert "franka_gripper_bridge" in nodes("franka", policy=True, arm_prefix="")
-    assert "stack 'franka' with arm_prefix:=left_: joint-name prefixes are not supported" in (
-        refusal("franka", arm_prefix="left_")
-    )
+ROBOT_NODES = {"sim_driver", "franky_driver", "ur_driver", "franka_gripper_bridge", "engine",
+               "safety", "streamer", "scheduler"}  # fmt: skip
+
+
+def joint_prefixes(stack: str, **args) -> dict:
+    """{node: its joint_prefix} of every node that loads a robot description (all have one)."""
+    by_name = nodes(stack, policy=True, scheduler=True, **args)
+    assert {n for n, node in by_name.items() if "robot" in node.parameters} <= ROBOT_NODES
+    return {n: node.parameters["joint_prefix"] for n, node in by_name.items()
+            if "robot" in node.parameters}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", [{"use_fake_hardware": True}, {"direct": True}, {}])
+def test_franka_arm_prefix_is_joined_with_an_underscore_for_every_node(path):
+    # franka_description: arm_prefix:=left names the joints left_fr3_joint1..
+    prefixes = joint_prefixes("franka", arm_prefix="left", **path)
+    assert len(prefixes) >= 4 and set(prefixes.values()) == {"left_"}
+    assert set(joint_prefixes("franka", **path).values()) == {""}
+    assert set(joint_prefixes("franka", arm_prefix="left_", **path).values()) == {"left__"}
+
+
+def test_franka_malformed_arm_prefix_is_refused_in_one_line():
+    for prefix in ("left-arm", "2arms", "a/b", "left arm"):
+        assert refusal("franka", arm_prefix=prefix) == (
+            f"stack 'franka' with arm_prefix:={prefix}: arm_prefix must be a ROS name fragment "
+            "(letters, digits and underscores, not starting with a digit), as it starts every "
+            "joint name."
+        )
 
 
 # ur_robot_driver
@@ -181,11 +204,18 @@ def test_ur_controllers_that_take_no_positions_are_refused():
     )
 
 
-def test_ur_tf_prefix_only_empty_and_launch_rviz_is_a_note():
-    assert resolve_stack("ur", {"tf_prefix": ""}).notes == ()
-    assert "stack 'ur' with tf_prefix:=left_: joint-name prefixes" in refusal(
-        "ur", tf_prefix="left_"
+@pytest.mark.parametrize("path", [{"use_mock_hardware": True}, {"direct": True}, {}])
+def test_ur_tf_prefix_is_prepended_as_given_for_every_node(path):
+    prefixes = joint_prefixes("ur", tf_prefix="left_", **path)
+    assert len(prefixes) >= 4 and set(prefixes.values()) == {"left_"}
+    assert set(joint_prefixes("ur", **path).values()) == {""}
+    assert "stack 'ur' with tf_prefix:=left-: tf_prefix must be a ROS name fragment" in refusal(
+        "ur", tf_prefix="left-"
     )
+
+
+def test_launch_rviz_is_a_note():
+    assert resolve_stack("ur", {"tf_prefix": "left_"}).notes == ()
     stack = resolve_stack("ur", {"launch_rviz": True})
     assert stack.notes == (
         "note: launch_rviz:=true starts no RViz here; run rviz2 yourself on the stack's ROS domain",
@@ -219,6 +249,16 @@ def test_alias_lookup_derived_default_and_stack_remaps(tmp_path):
         resolve_stack(stack, {"vendor_kind": "c"})
     with pytest.raises(StackError, match="kind:=a and vendor_kind:=b disagree"):
         resolve_stack(stack, {"kind": "a", "vendor_kind": "b"})
+    stack.write_text(
+        "arguments: {p: {default: ''}}\n"
+        "variables: {prefix: {value: $(arg p), choices: {'': ''}, otherwise: $(arg p)_}}\n"
+        "refuse: [{unless: 'p =~ [a-z]*', message: lower-case letters only}]\n"
+        "nodes: [{name: n, executable: e, parameters: {prefix: $(arg prefix)}}]\n"
+    )
+    assert resolve_stack(stack).nodes[0].parameters["prefix"] == ""
+    assert resolve_stack(stack, {"p": "left"}).nodes[0].parameters["prefix"] == "left_"
+    with pytest.raises(StackError, match="with p:=Left: lower-case letters only"):
+        resolve_stack(stack, {"p": "Left"})
     stack.write_text("arguments: {v: {alias_of: w}}\nnodes: [{name: n, executable: e}]\n")
     with pytest.raises(StackError, match="alias of 'w'"):
         resolve_stack(stack)

@@ -3,9 +3,28 @@ with the size of the image it is published with."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+def pinhole_from_fovy(fovy_deg: float, width: int, height: int) -> np.ndarray:
+    """K of an OpenGL (MuJoCo) camera with vertical field of view fovy and square pixels, in
+    the OpenCV / ROS pixel convention (pixel centres on integers): OpenGL puts the optical axis
+    at the image centre, w/2 from the image edge, which is pixel coordinate (w - 1)/2."""
+    f = 0.5 * height / math.tan(math.radians(fovy_deg) / 2.0)
+    return np.array([[f, 0.0, (width - 1) / 2.0], [0.0, f, (height - 1) / 2.0], [0.0, 0.0, 1.0]])
+
+
+def resample_intrinsics(matrix: np.ndarray, scale: float) -> np.ndarray:
+    """K of the same camera rendered (or resized) `scale` times as large in both directions,
+    pixel centres kept on integers: x' = (x + 0.5) * scale - 0.5."""
+    K = np.array(matrix, dtype=float, copy=True)
+    K[0, 0], K[1, 1] = K[0, 0] * scale, K[1, 1] * scale
+    K[0, 1] *= scale
+    K[0, 2], K[1, 2] = (K[0, 2] + 0.5) * scale - 0.5, (K[1, 2] + 0.5) * scale - 0.5
+    return K
 
 
 def scale_intrinsics(matrix: np.ndarray, src: tuple[int, int], dst: tuple[int, int]) -> np.ndarray:

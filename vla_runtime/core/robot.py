@@ -1,10 +1,15 @@
 """Robot descriptions (joint names, limits, home pose, controller names) from config/robots/*.yaml.
 
 The config directory is found by `core.paths.config_dir` (source tree, colcon or pip install).
+A joint prefix (franka_bringup's arm_prefix, ur_robot_driver's tf_prefix: `left_` names
+`left_shoulder_pan_joint`) gives the names the joints carry on ROS; the simulator's models keep
+the description's own names.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import yaml
@@ -40,6 +45,33 @@ class RobotConfig:
         return name or self.controllers[key]
 
 
+# A ROS name fragment: the prefixed joint names stay valid names (empty = no prefix).
+JOINT_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
+
+
+def check_joint_prefix(prefix: str) -> str:
+    """`prefix`, or a ValueError saying why it cannot prefix joint names."""
+    if not JOINT_PREFIX.fullmatch(prefix):
+        raise ValueError(f"joint_prefix {prefix!r} is no ROS name fragment (letters, digits and "
+                         "underscores, not starting with a digit)")  # fmt: skip
+    return prefix
+
+
+def prefixed(names: Iterable[str], prefix: str) -> tuple[str, ...]:
+    """The description's joint `names` as they are on ROS."""
+    return tuple(prefix + name for name in names)
+
+
+def unprefixed(names: Iterable[str], prefix: str) -> list[str]:
+    """Joint `names` from ROS as the description names them; a ValueError lists those without
+    `prefix` (another arm's, or unprefixed ones, which must not move this arm)."""
+    names = list(names)
+    foreign = [name for name in names if not name.startswith(prefix)]
+    if foreign:
+        raise ValueError(f"joint names {foreign} lack the prefix {prefix!r}")
+    return [name[len(prefix) :] for name in names]
+
+
 def _floats(values, what: str, n: int) -> tuple[float, ...]:
     out = tuple(float(v) for v in values)
     if len(out) != n:
@@ -47,14 +79,16 @@ def _floats(values, what: str, n: int) -> tuple[float, ...]:
     return out
 
 
-def load_robot(name: str) -> RobotConfig:
-    """Read config/robots/<name>.yaml; raises FileNotFoundError / ValueError with the reason."""
+def load_robot(name: str, joint_prefix: str = "") -> RobotConfig:
+    """Read config/robots/<name>.yaml, its joint and gripper joint names prefixed with
+    `joint_prefix` (the names on ROS); raises FileNotFoundError / ValueError with the reason."""
+    check_joint_prefix(joint_prefix)
     path = config_dir() / "robots" / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no robot description {path}")
     with path.open() as f:
         raw = yaml.safe_load(f)
-    joints = tuple(raw["joints"])
+    joints = prefixed(raw["joints"], joint_prefix)
     n = len(joints)
     limits = raw["limits"]
     gripper = raw.get("gripper") or {}
@@ -69,7 +103,7 @@ def load_robot(name: str) -> RobotConfig:
         jerk=_floats(limits["jerk"], "jerk", n),
         position_margin=float(limits.get("position_margin", 0.0)),
         tcp_speed=float(limits["tcp_speed"]) if "tcp_speed" in limits else None,
-        gripper_joints=tuple(gripper.get("joints", ())),
+        gripper_joints=prefixed(gripper.get("joints", ()), joint_prefix),
         gripper_max_width=float(gripper.get("max_width", 0.0)),
         gripper_max_speed=float(gripper.get("max_speed", 0.0)),
         controllers=dict(raw.get("controllers") or {}),

@@ -43,6 +43,10 @@ SCHEDULER_SIGNALS = "/vla/scheduler/signals"
 SIM_SCENE_XML = "/sim/scene_xml"
 SIM_SCENE_STATE = "/sim/scene_state"
 SIM_STEP = "/sim/step"
+# Calibrated camera poses (latched): tf2_msgs/TFMessage on /tf_static where tf2_msgs is
+# installed, else geometry_msgs/TransformStamped on STATIC_TRANSFORMS (not read by tf2).
+TF_STATIC = "/tf_static"
+STATIC_TRANSFORMS = "/vla/tf_static"
 
 
 def camera_image(name: str) -> str:

@@ -13,12 +13,16 @@ discordant pairs make the answer clear. The summary (JSON on stdout) holds per-a
 the differences with confidence intervals and a one-sentence verdict; OUT/report.html shows
 the plots.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -77,6 +81,23 @@ def read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@contextmanager
+def interrupt_deferred():
+    """Ctrl-C waits until the block is done: a half-written bag or log line would lose what
+    the interrupt is meant to keep."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            raise KeyboardInterrupt
+
+
 class StackRecording:
     """Each stack's run as a rosbag2 bag (OUT/bags/NNN_ARM): what the arm was told and did,
     the chunks and their verdicts, the episode boundaries and the nodes' figures, so a reviewer
@@ -98,9 +119,10 @@ class StackRecording:
         TopicRecorder(node, self.writer, self.TOPICS).discover()  # the stack is up: all publish
 
     def stop(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.writer = None
+        with interrupt_deferred():
+            if self.writer is not None:
+                self.writer.close()
+            self.writer = None
 
 
 class SimulatedArms:
@@ -195,7 +217,7 @@ def run_ab(arms, task: str, plan: list, log: Path, sprt: PairedSprt | None, prog
         return test.decision is not None
 
     def append(line: dict) -> None:
-        with log.open("a") as f:
+        with interrupt_deferred(), log.open("a") as f:
             f.write(json.dumps(line) + "\n")
         lines.append(line)
 

@@ -136,6 +136,14 @@ class OperatorArm:
                 self.console.say(action.note)
         t_end = self.now()
         self.hold()
+        # The streamer's counters for the episode come with its next figures (every second).
+        try:
+            self.harness.spin_until(
+                lambda: any(s >= t_end for s, _ in self.harness.streamer_stats),
+                stack_eval.STATS_WAIT_S, "streamer stats",
+            )  # fmt: skip
+        except stack_eval.StackStalled:
+            pass  # recorded without them
         if action.kind == "abort":
             while True:
                 reason = operator.feed(self._wait_line(operator))

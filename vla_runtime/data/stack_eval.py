@@ -367,10 +367,12 @@ class StackStalled(RuntimeError):
 
 def stack_robot(stack: Stack):
     """The arm of the stack: its nodes name one robot description."""
-    names = {n.parameters["robot"] for n in stack.nodes if "robot" in n.parameters}
+    names = {(n.parameters["robot"], n.parameters.get("joint_prefix", ""))
+             for n in stack.nodes if "robot" in n.parameters}  # fmt: skip
     if len(names) > 1:
         raise ValueError(f"stack {stack.name}: nodes name different robots {sorted(names)}")
-    return load_robot(names.pop() if names else "fr3")
+    robot, prefix = names.pop() if names else ("fr3", "")
+    return load_robot(robot, joint_prefix=prefix)
 
 
 def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:

@@ -38,7 +38,7 @@ from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperI
 from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import build, declare, param
+from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
 try:  # franka_ros2's message package: a colcon workspace or distribution package, never pip
@@ -60,6 +60,7 @@ DOUBLE = Parameter.Type.DOUBLE
 @dataclass(frozen=True)
 class FrankaGripperParams:
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     command_topic: str = param("the gate's gripper widths; empty = /<the robot's gripper "
                                "controller>/commands", "")  # fmt: skip
     action_namespace: str = param("franka_gripper's: <namespace>/move, /grasp", "/franka_gripper")
@@ -83,7 +84,7 @@ class FrankaGripperBridge(RuntimeNode):
     def __init__(self, name: str = "franka_gripper_bridge", **kwargs):
         super().__init__(name, **kwargs)
         params = declare(self, FrankaGripperParams)
-        robot = load_robot(params.robot)
+        robot = load_robot(params.robot, params.joint_prefix)
         if "gripper" not in robot.controllers or not robot.gripper_max_width:
             raise ValueError(f"robot {robot.name} has no gripper")
         gripper_commands = topics.forward_command(robot.controller("gripper"))

@@ -39,7 +39,7 @@ from vla_runtime.drivers.command_topics import ArmGripperControllerParams, Comma
 from vla_runtime.ros.diagnostics import Diagnostics
 from vla_runtime.ros.messages import diagnostics_msg, joint_state_msg, to_time
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import build, declare, param
+from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.runtime import run_node
 
 
@@ -47,6 +47,7 @@ from vla_runtime.ros.runtime import run_node
 class FrankyDriverParams(ArmGripperControllerParams):
     robot_ip: str = param("FCI address of the arm (or franky-sim's); required", "")
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     stream_rate_hz: float = param(
         "Hz of targets handed to libfranka (1 to state_rate_hz)", StreamConfig.stream_rate_hz
     )
@@ -74,7 +75,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
     def __init__(self, name: str = "franky_driver", **kwargs):
         super().__init__(name, **kwargs)
         params = declare(self, FrankyDriverParams)
-        robot = load_robot(params.robot)
+        robot = load_robot(params.robot, params.joint_prefix)
         self.robot_ip, self.use_gripper = params.robot_ip, params.gripper
         if not self.robot_ip:
             raise ValueError("robot_ip is required (the FCI address, or franky-sim's)")

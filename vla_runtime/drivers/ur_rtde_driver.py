@@ -39,7 +39,7 @@ from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopic
 from vla_runtime.ros.diagnostics import ERROR, OK, Diagnostics
 from vla_runtime.ros.messages import joint_state_msg
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import declare, param
+from vla_runtime.ros.parameters import declare, joint_prefix_param, param
 from vla_runtime.ros.runtime import run_node
 
 
@@ -47,6 +47,7 @@ from vla_runtime.ros.runtime import run_node
 class URDriverParams(ArmControllerParams):
     robot_ip: str = param("the UR controller's address; required", "")
     robot: str = param("robot model (config/robots/<robot>.yaml)", "ur5e")
+    joint_prefix: str = joint_prefix_param()
     control_rate_hz: float = param(
         "servoJ rate, Hz: 500 (e-Series) or 125 (CB3)", ServoParams.rate_hz
     )
@@ -64,7 +65,7 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
         super().__init__(name, **kwargs)
         params = declare(self, URDriverParams)
         self.robot_ip, state_rate = params.robot_ip, params.state_rate_hz
-        robot = load_robot(params.robot)
+        robot = load_robot(params.robot, params.joint_prefix)
         self.servo = ServoParams(
             params.control_rate_hz, params.servo_lookahead_s, params.servo_gain
         ).validated()

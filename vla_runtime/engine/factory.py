@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vla_runtime.core.threads import limit_threads
+from vla_runtime.engine.built_engine import is_engine_dir, load_engine
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options, random_checkpoint
 from vla_runtime.engine.onnx_backend import OrtPolicy
 from vla_runtime.engine.policy import Policy, PolicyError
@@ -21,13 +22,18 @@ def load_policy(
     threads: int | None = None,
     **options,
 ) -> Policy:
-    """`checkpoint`: a local directory (model.safetensors + spec.json); None = random weights of
-    `preset`. `threads`: CPU threads for torch / ONNX Runtime / OpenMP (0 = the host default,
-    None = leave the process's settings alone). `options` go to the policy (max_reuse,
-    candidates, warm_steps, noise_scale; onnxruntime also cache_dir); options the checkpoint
-    recommends apply unless given here (None: not given)."""
+    """`checkpoint`: a local directory (model.safetensors + spec.json), or an engine built by
+    `vla-runtime build-engine` (checked against its manifest, run by the back end it was built
+    for); None = random weights of `preset`. `threads`: CPU threads for torch / ONNX Runtime /
+    OpenMP (0 = the host default, None = leave the process's settings alone). `options` go to
+    the policy (max_reuse, candidates, warm_steps, noise_scale; onnxruntime also cache_dir);
+    options the checkpoint recommends apply unless given here (None: not given)."""
     if threads is not None:
         threads = limit_threads(threads)
+    if checkpoint and is_engine_dir(checkpoint):
+        if backend == "tensorrt" and device == "cpu":
+            device = "cuda"
+        return load_engine(checkpoint, backend, device, seed, threads, **options)
     if backend == "tensorrt":  # builds (or loads cached) plans from the ONNX export
         device = "cuda" if device == "cpu" else device
         return load_tensorrt_policy(checkpoint, preset, seed, device, **options)

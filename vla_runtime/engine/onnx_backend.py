@@ -1,8 +1,8 @@
 """ONNX export of the reference model's stages, and the ONNX Runtime back end.
 
-`export_onnx(checkpoint)` writes `<cache>/<model hash>/` (cache: $VLA_RUNTIME_ENGINES, else the
-repository's engines/cache/, git-ignored) once per model; a TensorRT back end builds its plans
-from the same files. All tensors float32 unless noted; opset 17; B is dynamic everywhere.
+`export_onnx(checkpoint)` writes `<cache>/onnx-<model hash>/` (cache: `engine_cache_root()`)
+once per model; a TensorRT back end builds its plans from the same files. All tensors float32
+unless noted; opset 17; B is dynamic everywhere.
 
 instruction.onnx   in:  text_ids int64 [B, Lt]
                    out: text_kv [L, 2, B, nh, Lt, hd]
@@ -67,6 +67,8 @@ FORMAT = 2  # manifests of another format (an older export) are exported again
 
 
 def engine_cache_root() -> Path:
+    """$VLA_RUNTIME_ENGINES; else engines/cache/ of a source checkout (git-ignored,
+    engines/README.md); else ~/.cache/vla_runtime/engines (an installed package)."""
     if os.environ.get("VLA_RUNTIME_ENGINES"):
         return Path(os.environ["VLA_RUNTIME_ENGINES"])
     repo = Path(__file__).resolve().parents[2]

@@ -53,11 +53,12 @@ class StateMapping:
         gripper_joints: Sequence[str] = (),
         gripper_state: str = "sum",
         gripper_name: str = "",
+        joint_prefix: str = "",
     ) -> StateMapping:
         """The mapping of `arm_joints` and `gripper_joints`; those not given are the robot's
-        (config/robots/<robot>.yaml)."""
+        (config/robots/<robot>.yaml), named as on ROS with `joint_prefix`."""
         if not arm_joints or (gripper_state != "none" and not gripper_joints) or not gripper_name:
-            config = load_robot(robot)
+            config = load_robot(robot, joint_prefix)
             arm_joints = arm_joints or config.joints
             gripper_joints = gripper_joints or config.gripper_joints
         return cls(tuple(arm_joints), tuple(gripper_joints or ()), gripper_state, gripper_name)

@@ -19,19 +19,25 @@ every `retry_period_s`; the node never exits because of it.
 from __future__ import annotations
 
 import math
+import queue
 import sys
+import threading
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import TransformStamped
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Float64MultiArray, String
 
 from vla_runtime.core import topics
+from vla_runtime.core.calibration_files import load_static_transform
 from vla_runtime.core.camera_calibration import CameraCalibration, published_calibration
+from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.drivers.camera_capture import ERROR, OK, WARN, CameraHealth, CaptureThread
 from vla_runtime.drivers.cameras import (
     CalibrationError,
@@ -43,14 +49,31 @@ from vla_runtime.drivers.cameras import (
     output_size,
     resize_frame,
 )
-from vla_runtime.ros.messages import camera_info_msg, diagnostics_msg, image_msg, to_time
+from vla_runtime.ros.messages import (
+    camera_info_msg,
+    diagnostics_msg,
+    image_msg,
+    to_time,
+    transform_stamped_msg,
+)
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
+try:  # a ROS install has it; the pip wheels do not
+    from tf2_msgs.msg import TFMessage
+except ImportError:
+    TFMessage = None
+
 SOURCES = ("sim", "device", "file")
 SIM_DEFAULT_SIZE = (224, 224)
+
+
+def _present(folder: str, name: str) -> str:
+    """folder/name when that file exists, else ""."""
+    path = Path(folder) / name
+    return str(path) if folder and path.is_file() else ""
 
 
 @dataclass(frozen=True)
@@ -64,8 +87,16 @@ class CameraParams:
     height: int = param("output height; 0 = the source's", 0)
     frame_id: str = param("image frame; empty = <camera_name>_optical_frame", "")
     calibration_file: str = param("camera_calibration_parsers YAML for CameraInfo", "")
+    calibration_dir: str = param("folder of `vla-runtime calibrate` results: <camera_name>.yaml "
+                                 "and <camera_name>_extrinsics.yaml there are used when present "
+                                 "and the *_file parameters are empty", "")  # fmt: skip
     retry_period_s: float = param("s between attempts to reopen a missing camera", 1.0)
     sim_camera: str = param("sim: the MJCF camera; empty = camera_name", "")
+    injected_delay: str = param(
+        "extra delay of each frame (latency tests): seconds or lognormal:MEDIAN:P:MIN:MAX", ""
+    )
+    extrinsics_file: str = param("static transform YAML (calibration/<camera>_extrinsics.yaml) "
+                                 "to publish; empty = none", "")  # fmt: skip
 
 
 class CameraNode(RuntimeNode):
@@ -76,6 +107,10 @@ class CameraNode(RuntimeNode):
             params,
             frame_id=params.frame_id or f"{params.camera_name}_optical_frame",
             sim_camera=params.sim_camera or params.camera_name,
+            calibration_file=params.calibration_file
+            or _present(params.calibration_dir, f"{params.camera_name}.yaml"),
+            extrinsics_file=params.extrinsics_file
+            or _present(params.calibration_dir, f"{params.camera_name}_extrinsics.yaml"),
         )
         if p.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got '{p.source}'")
@@ -92,6 +127,12 @@ class CameraNode(RuntimeNode):
 
         self._health = CameraHealth()
         self._calibration = self._load_calibration(p.calibration_file)
+        self._delay = InjectedDelay.parse(p.injected_delay)
+        self._delay_rng = np.random.default_rng()
+        self._delayed: queue.Queue | None = None
+        if self._delay.active:
+            self._delayed = queue.Queue()
+            threading.Thread(target=self._send_delayed, name="camera-delay", daemon=True).start()
         self._infos: dict[tuple[int, int], CameraInfo] = {}
 
         self._image_pub = self.create_publisher(
@@ -102,6 +143,7 @@ class CameraNode(RuntimeNode):
         )
         self._diag_pub = self.create_publisher(DiagnosticArray, topics.DIAGNOSTICS, 10)
         self.create_timer(1.0, self._publish_diagnostics)
+        self._extrinsics_pubs = self._publish_extrinsics(p.extrinsics_file)
 
         self._thread: CaptureThread | None = None
         self._sim: SimSource | None = None
@@ -176,10 +218,51 @@ class CameraNode(RuntimeNode):
         image = image_msg(resize_frame(frame, width, height), stamp, p.frame_id)
         info = self._camera_info(width, height)
         info.header.stamp = stamp
+        self._last_sent = (image, info)
+        if self._delayed is not None:
+            self._delayed.put((time.monotonic() + self._delay.sample(self._delay_rng), image, info))
+            return
         self._image_pub.publish(image)
         self._info_pub.publish(info)
         self._health.frame_published(time.monotonic())
-        self._last_sent = (image, info)
+
+    def _send_delayed(self) -> None:
+        """Frames held back by `injected_delay`, sent in order when due (a slow link)."""
+        while self.context.ok():
+            try:
+                due, image, info = self._delayed.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                self._image_pub.publish(image)
+                self._info_pub.publish(info)
+            except Exception:  # shutting down
+                return
+            self._health.frame_published(time.monotonic())
+
+    def _publish_extrinsics(self, path: str) -> list:
+        """The camera's calibrated pose as a latched transform: on /tf_static when tf2_msgs is
+        installed (a ROS install), else as geometry_msgs/TransformStamped on
+        /vla/tf_static (tf2_msgs has no pip wheel; ROS tools do not read that topic)."""
+        if not path:
+            return []
+        try:
+            extrinsics = load_static_transform(path)
+        except (OSError, ValueError) as exc:
+            name = self.params.camera_name
+            self.get_logger().error(f"camera '{name}': extrinsics ignored: {exc}")
+            return []
+        msg = transform_stamped_msg(extrinsics, self.get_clock().now().to_msg())
+        if TFMessage is not None:
+            pub = self.create_publisher(TFMessage, topics.TF_STATIC, LATCHED)
+            pub.publish(TFMessage(transforms=[msg]))
+        else:
+            pub = self.create_publisher(TransformStamped, topics.STATIC_TRANSFORMS, LATCHED)
+            pub.publish(msg)
+        return [pub]
 
     # ------------------------------------------------------------ sim
 

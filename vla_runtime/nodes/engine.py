@@ -58,7 +58,7 @@ from vla_runtime.ros.messages import (
     to_seconds,
 )
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import build, declare, param
+from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
@@ -102,6 +102,7 @@ class EngineParams:
     # Extra delay before each chunk is published (latency sweeps; core/injected_delay.py).
     inference_delay: str = param("seconds, or lognormal:MEDIAN:SPIKE_P:SPIKE_MIN:SPIKE_MAX", "")
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     arm_joints: list = param("arm joints in the policy's order; empty = the robot's", [],
                              Parameter.Type.STRING_ARRAY)  # fmt: skip
     gripper_joints: list = param("gripper joints; empty = the robot's", [],
@@ -126,7 +127,9 @@ class EngineNode(RuntimeNode):
         if not 0.0 <= params.retry_noise_scale <= 1.0:
             raise ValueError(f"retry_noise_scale must be in [0, 1], got {params.retry_noise_scale}")
         gripper = params.gripper_joints, params.gripper_state, params.gripper_name
-        self.mapping = StateMapping.for_robot(params.robot, params.arm_joints, *gripper)
+        self.mapping = StateMapping.for_robot(
+            params.robot, params.arm_joints, *gripper, joint_prefix=params.joint_prefix
+        )
         mode = ComputeMode.parse(params.compute_mode)
         self.stats = EngineStats(params.backend, params.run_mode)
         self._log_error = ThrottledLog(self.get_logger().error, per_message=True)

@@ -54,7 +54,7 @@ from vla_runtime.ros.messages import (
     to_seconds,
 )
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import build, declare, param
+from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.qos import LATCHED, SCENE_STATE
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
@@ -63,6 +63,7 @@ from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
 @dataclass(frozen=True)
 class SafetyParams:
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     control_rate_hz: float = param("gate rate, Hz", 1.0 / GateConfig.control_period_s)
     command_timeout_s: float = param("s without a fresh command before the gate stops the arm",
                                    GateConfig.command_timeout_s)  # fmt: skip
@@ -96,7 +97,9 @@ class SafetyNode(RuntimeNode):
     def __init__(self, name: str = "safety"):
         super().__init__(name)
         params = declare(self, SafetyParams)
-        self.robot = load_robot(params.robot)
+        self.robot = load_robot(params.robot, params.joint_prefix)
+        # The sim scene names the joints as the description does, without the prefix.
+        self._scene_robot = load_robot(params.robot)
         rate = params.control_rate_hz
         gate_config = build(GateConfig, params, control_period_s=1.0 / rate)
         keep_out = keep_out_boxes(params.keep_out_boxes)
@@ -206,7 +209,8 @@ class SafetyNode(RuntimeNode):
     def _on_scene_xml(self, msg: String) -> None:
         try:
             config = ConsequenceConfig(max_contact_force=self.contact_force, workcell=self.workcell)
-            self.chunks.consequence = ConsequenceChecker.from_xml(msg.data, self.robot, config)
+            scene = ConsequenceChecker.from_xml(msg.data, self._scene_robot, config)
+            self.chunks.consequence = scene
             self.get_logger().info("consequence rollout enabled (sim scene received)")
         except Exception as exc:  # a scene we cannot simulate leaves the other checks running
             previous = self.chunks.consequence

@@ -34,7 +34,7 @@ from vla_runtime.core.scheduler import TIER_NAMES, PhaseScheduler, SchedulerConf
 from vla_runtime.ros.diagnostics import Diagnostics
 from vla_runtime.ros.messages import chunk_from_msg, image_from_msg, to_seconds
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import declare, param
+from vla_runtime.ros.parameters import declare, joint_prefix_param, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
@@ -43,6 +43,7 @@ from vla_runtime.ros.runtime import run_node
 class SchedulerParams:
     config: str = param("scheduler YAML; empty = config/scheduler.yaml", "")
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     cameras: list = param("cameras whose frames drive the scene-change signal",
                           ["scene", "wrist"])  # fmt: skip
     republish_period_s: float = param("s between repeats of the decision (steady clock)", 1.0)
@@ -53,7 +54,7 @@ class SchedulerNode(RuntimeNode):
         super().__init__(kwargs.pop("node_name", "scheduler"), **kwargs)
         params = declare(self, SchedulerParams)
         config_path = params.config or str(config_dir() / "scheduler.yaml")
-        robot = load_robot(params.robot)
+        robot = load_robot(params.robot, params.joint_prefix)
         cameras = params.cameras
         republish_s = params.republish_period_s
         self.config = SchedulerConfig.from_yaml(config_path)

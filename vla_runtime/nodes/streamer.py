@@ -62,7 +62,7 @@ from vla_runtime.ros.messages import (
     to_seconds,
 )
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import build, declare, param
+from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import DeadlineThread, ThrottledLog, run_node
 
@@ -77,6 +77,7 @@ LEVELS = {
 @dataclass(frozen=True)
 class StreamerParams:
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     control_rate_hz: float = param(
         "command rate, Hz (1-2000)", 1.0 / StreamerConfig.control_period_s
     )
@@ -109,7 +110,7 @@ class StreamerNode(RuntimeNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(kwargs.pop("node_name", "streamer"), **kwargs)
         params = declare(self, StreamerParams)
-        robot = load_robot(params.robot)
+        robot = load_robot(params.robot, params.joint_prefix)
         self.control_rate_hz = params.control_rate_hz
         if not 1.0 <= self.control_rate_hz <= 2000.0:
             raise ValueError(f"control_rate_hz must be in [1, 2000], got {self.control_rate_hz}")

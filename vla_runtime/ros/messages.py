@@ -17,10 +17,12 @@ import numpy as np
 from builtin_interfaces.msg import Duration
 from builtin_interfaces.msg import Time as TimeMsg
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import TransformStamped
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from vla_runtime.core.calibration_files import StaticTransform
 from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.core.gripper import width_from_opening
 from vla_runtime.core.safety.chunk_check import STALE, VETO, Chunk, Verdict
@@ -83,6 +85,16 @@ def camera_info_msg(calibration: CameraCalibration, frame_id: str) -> CameraInfo
     )
     info.header.frame_id = frame_id
     return info
+
+
+def transform_stamped_msg(transform: StaticTransform, stamp: TimeMsg) -> TransformStamped:
+    msg = TransformStamped()
+    msg.header.stamp = stamp
+    msg.header.frame_id, msg.child_frame_id = transform.parent, transform.child
+    t, q = msg.transform.translation, msg.transform.rotation
+    t.x, t.y, t.z = (float(v) for v in transform.translation)
+    q.x, q.y, q.z, q.w = (float(v) for v in transform.rotation)
+    return msg
 
 
 def chunk_from_msg(msg: JointTrajectory) -> Chunk:

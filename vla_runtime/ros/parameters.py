@@ -3,7 +3,8 @@ per parameter (in the spirit of generate_parameter_library).
 
 Each node module has a frozen dataclass of its parameters whose defaults come from the core
 config they feed (`GateConfig.command_timeout_s`, ...), so a default is written once. Describe a
-field with `param("...")`; `declare(node, Params)` declares every field and returns the values,
+field with `param("...")` (`joint_prefix_param()` for the joint prefix every robot-loading
+node takes); `declare(node, Params)` declares every field and returns the values,
 and `build(Config, params, ...)` makes the core config from them. `on_run_time_set(node, apply)`
 takes the parameters set while the node runs.
 """
@@ -28,6 +29,13 @@ def param(description: str, default, ros_type: Parameter.Type | None = None):
     if isinstance(default, list | tuple):  # mutable defaults: a fresh copy per instance
         return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def joint_prefix_param():
+    """The `joint_prefix` parameter of every node that loads a robot description: one
+    description, and a stack passes the same value to all of them (config/stacks)."""
+    return param("prepended to the robot's joint names on ROS (franka_bringup's arm_prefix "
+                 "joined with _, ur_robot_driver's tf_prefix); empty = none", "")  # fmt: skip
 
 
 def defaults(cls) -> dict:

@@ -7,11 +7,10 @@ the 1 kHz physics of the driver. MUJOCO_GL defaults to EGL (headless, see the pa
 
 from __future__ import annotations
 
-import math
-
 import mujoco
 import numpy as np
 
+from vla_runtime.core.camera_calibration import pinhole_from_fovy
 from vla_runtime.sim.mesh_detail import RENDER_MESH_FACES, simplify_meshes
 
 
@@ -46,9 +45,8 @@ class SceneRenderer:
 
     def intrinsics(self) -> np.ndarray:
         """Pinhole K (3x3) of this camera at the rendered size; MuJoCo's fovy is vertical."""
-        fovy = math.radians(float(self.model.cam_fovy[self._camera_id]))
-        f = 0.5 * self.height / math.tan(fovy / 2.0)
-        return np.array([[f, 0.0, self.width / 2.0], [0.0, f, self.height / 2.0], [0.0, 0.0, 1.0]])
+        fovy = float(self.model.cam_fovy[self._camera_id])
+        return pinhole_from_fovy(fovy, self.width, self.height)
 
     def close(self) -> None:
         self._renderer.close()

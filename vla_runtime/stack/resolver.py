@@ -13,6 +13,8 @@ Format::
     variables: {robot: $(arg robot_type)}  # derived values, usable as $(arg robot)
     variables:                       # or a lookup: the value must be one of the choices
       robot: {value: $(arg robot_type), choices: {fer: panda, fr3: fr3}, message: why}
+    variables:                       # or, with `otherwise`, that value for any other
+      prefix: {value: $(arg p), choices: {"": ""}, otherwise: $(arg p)_}
     include: [parts/policy.yaml]     # append the nodes, arguments and report topics of a part
     use_sim_time: $(arg use_sim)     # added to every node's parameters unless it sets its own
     nodes:
@@ -21,7 +23,8 @@ Format::
         if: use_sim                  # optional: start only when the argument is true
         unless: other_arg            # optional: start only when the argument is false
                                      # (either may list several: [a, b] = all of them; a
-                                     # condition may also compare: mode == fast)
+                                     # condition may also compare: mode == fast, or
+                                     # match a regular expression: name =~ [a-z]*)
         parameters: {robot: $(arg robot), seed: 0}
         remappings: {/from: /to}
         nice: 5                      # optional: lower the process's CPU priority
@@ -51,7 +54,7 @@ import yaml
 from vla_runtime.core.paths import config_dir
 
 _ARG = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
-_EQUALS = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*==\s*(.*?)\s*")
+_COMPARE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=~)\s*(.*?)\s*")
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off", ""}
 _NAMESPACE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -126,14 +129,17 @@ def _flag(name: str, args: dict[str, Any]) -> bool:
 
 
 def _holds(condition: str, args: dict[str, Any]) -> bool:
-    """One condition: the name of a true/false argument, or `name == value` (its text; `''` is
-    the empty text)."""
-    compared = _EQUALS.fullmatch(condition)
+    """One condition: the name of a true/false argument, `name == value` (its text; `''` is
+    the empty text) or `name =~ regex` (its whole text matches)."""
+    compared = _COMPARE.fullmatch(condition)
     if compared:
-        expected = compared.group(2)
+        name, operator, expected = compared.groups()
+        text = str(_lookup(name, args))
+        if operator == "=~":
+            return re.fullmatch(expected, text) is not None
         if expected in ("''", '""'):  # the empty text, spelled so that YAML keeps it
             expected = ""
-        return str(_lookup(compared.group(1), args)) == expected
+        return text == expected
     return _flag(condition, args)
 
 
@@ -245,12 +251,14 @@ def _namespace(name: str, value: Any) -> str:
 
 
 def _variable(name: str, key: str, spec: Any, args: dict[str, Any]) -> Any:
-    """A variable: a substitution, or a lookup of one among `choices`."""
+    """A variable: a substitution, or a lookup of one among `choices` (else `otherwise`)."""
     if not isinstance(spec, dict):
         return substitute(spec, args)
     if "value" not in spec or not isinstance(spec.get("choices"), dict):
         raise StackError(f"stack {name!r}: variable {key!r} needs `value` and `choices`")
     value = str(substitute(spec["value"], args))
+    if value not in spec["choices"] and "otherwise" in spec:
+        return substitute(spec["otherwise"], args)
     if value not in spec["choices"]:
         source = _ARG.fullmatch(str(spec["value"]).strip())
         what = source.group(1) if source else key
@@ -269,7 +277,7 @@ def _conditions_text(entry: dict, args: dict[str, Any]) -> str:
     """The arguments a rule's conditions name, as given: use_sim:=true, tf_prefix:=a_."""
     names = []
     for condition in _names(entry.get("if")) + _names(entry.get("unless")):
-        compared = _EQUALS.fullmatch(condition)
+        compared = _COMPARE.fullmatch(condition)
         names.append(compared.group(1) if compared else condition)
     return " ".join(f"{n}:={_text(args[n])}" for n in dict.fromkeys(names))
 

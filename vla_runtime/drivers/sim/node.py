@@ -10,6 +10,10 @@ joint state (std_msgs/Float64 in percent on `speed_scaling_topic`, core/speed_sc
 `speed_scaling` parameter, settable at run time to play the pendant's slider. The simulated arm
 itself is not slowed: it follows whatever it is commanded.
 
+With `joint_prefix` (franka_bringup's arm_prefix, ur_robot_driver's tf_prefix) the joint names
+on ROS carry the prefix; the MuJoCo model keeps the description's own names, and the node maps
+between them here, refusing trajectories that name joints without the prefix.
+
 Rejected commands go out as JSON events on /vla/driver/events. A command beyond the joint
 velocity / acceleration limits trips the simulator's reflex instead (see `sim.simulator`): the
 arm holds and every later command is refused until a std_msgs/Empty on /vla/driver/recover
@@ -33,13 +37,13 @@ from vla_runtime.core import topics
 from vla_runtime.core.pacing import PhysicsLoop, StepGrid
 from vla_runtime.core.rates import STATE_RATE_HZ
 from vla_runtime.core.reflex_events import recovered, refused_command
-from vla_runtime.core.robot import load_robot
+from vla_runtime.core.robot import load_robot, prefixed, unprefixed
 from vla_runtime.core.speed_scaling import SpeedSlider, broadcast_topic
 from vla_runtime.drivers.command_topics import ArmGripperControllerParams
 from vla_runtime.ros.diagnostics import ERROR, OK, Diagnostics
 from vla_runtime.ros.messages import to_time, trajectory_arguments
 from vla_runtime.ros.node import RuntimeNode
-from vla_runtime.ros.parameters import declare, on_run_time_set, param
+from vla_runtime.ros.parameters import declare, joint_prefix_param, on_run_time_set, param
 from vla_runtime.ros.qos import LATCHED, SCENE_STATE_PUBLISHER
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.simulator import Simulator
@@ -47,12 +51,15 @@ from vla_runtime.sim.workcell import SceneConfig
 
 STREAM_RATES = ("clock_rate_hz", "state_rate_hz", "scene_state_rate_hz")  # _publish's order
 # Parameters a running simulation cannot take (seed and speed_scaling can be set at run time).
-FIXED_AT_START = ("robot", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic")
+FIXED_AT_START = (
+    "robot", "joint_prefix", "n_cubes", "lockstep", "real_time_factor", "speed_scaling_topic",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class SimDriverParams(ArmGripperControllerParams):
     robot: str = param("robot model (config/robots/<robot>.yaml)", "fr3")
+    joint_prefix: str = joint_prefix_param()
     seed: int = param("seed of the cube layout; set at run time to re-place the cubes", 0)
     n_cubes: int = param("number of coloured cubes on the table", 4)
     real_time_factor: float = param("sim time per wall second; 0 = as fast as possible", 1.0)
@@ -74,7 +81,8 @@ class SimDriverNode(RuntimeNode):
     def __init__(self, name: str = "sim_driver"):
         super().__init__(name)
         self.params = params = declare(self, self.Params)
-        robot = load_robot(params.robot)
+        # The joint names on ROS; the simulator's are the description's own.
+        self.robot = robot = load_robot(params.robot, params.joint_prefix)
         rtf = params.real_time_factor
         self.slider = SpeedSlider(params.speed_scaling)
         if rtf < 0.0:
@@ -108,7 +116,7 @@ class SimDriverNode(RuntimeNode):
             self.create_publisher(Float64, scaling_topic, 10) if scaling_topic else None
         )
         self._clock_msg = Clock()
-        self._state_msg = JointState(name=list(self.sim.joint_names))
+        self._state_msg = JointState(name=list(prefixed(self.sim.joint_names, params.joint_prefix)))
         self._scene_msg = Float64MultiArray()
 
         self._topics = params.command_topics(robot)
@@ -199,8 +207,15 @@ class SimDriverNode(RuntimeNode):
 
     # -- commands ----------------------------------------------------------------------------
     def _on_trajectory(self, msg: JointTrajectory) -> None:
+        arguments = trajectory_arguments(msg)
         with self._lock:
-            reason = self.sim.set_trajectory(**trajectory_arguments(msg))
+            try:
+                arguments["names"] = unprefixed(arguments["names"], self.params.joint_prefix)
+            except ValueError as exc:
+                self.sim.hold()  # as the simulator holds on any trajectory it refuses
+                reason = str(exc)
+            else:
+                reason = self.sim.set_trajectory(**arguments)
         self._report("trajectory", reason)
 
     def _on_forward(self, msg: Float64MultiArray) -> None:

@@ -156,7 +156,7 @@ class TaskSimDriverNode(SimDriverNode):
                 self._rearm_pending = False
                 super()._on_trajectory(msg)
             return
-        arm_joints, names = self.sim.robot.joints, chunk.joint_names
+        arm_joints, names = self.robot.joints, chunk.joint_names  # as on ROS
         start = None  # "start now": its first point says which pose it starts from
         if chunk.positions and all(j in names for j in arm_joints):
             first = chunk.positions[0]
