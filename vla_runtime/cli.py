@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from vla_runtime.core.help_text import CommandParser
 from vla_runtime.stack.resolver import StackError, coerce_scalar, load_stack_file, resolve_stack
 
 
@@ -161,7 +162,7 @@ BENCHMARKS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vla-runtime", description=__doc__)
+    parser = CommandParser(prog="vla-runtime", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     launch = sub.add_parser("launch", help="start a stack (config/stacks/STACK.yaml)")

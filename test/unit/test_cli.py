@@ -94,6 +94,13 @@ def test_calibrate_without_sim_says_what_hardware_needs(procedure, capsys):
             "collect --task reach --episodes 1 --out {tmp}/ds --seed 90000".split(),
             "reserved for evaluation",
         ),
+        ("eval --task reach --ckpt {missing}".split(), "no such checkpoint directory"),
+        ("eval --task reach --episodes 0".split(), "--episodes must be >= 1"),
+        ("ab --a backend=torch --b backend=torch --task reach --sim".split(), "nothing to compare"),
+        (
+            "ab --a backend=torch --b nope=1 --task reach --sim --out {tmp}/ab".split(),
+            "has no argument(s) ['nope']",
+        ),
         (["bench", "engine", "--device", "cuda:7"], "no such CUDA device here"),
         (["launch", "sim", "seed:=abc"], "argument seed: expected an integer, got 'abc'"),
         (["launch", "sim", "lockstep:=2"], "argument lockstep: expected true or false"),
@@ -105,7 +112,11 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, says, tmp_path, capsys):
         torch = pytest.importorskip("torch")
         if torch.cuda.device_count() > 7:
             pytest.skip("this host has a cuda:7")
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage errors exit from inside the command
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err
     assert "Traceback" not in err

@@ -1,9 +1,20 @@
-"""Command-line help from module docstrings."""
+"""Command-line help from module docstrings, and usage errors as one line."""
 
 from __future__ import annotations
+
+import argparse
+from typing import NoReturn
 
 
 def help_summary(doc: str | None) -> str:
     """The first paragraph of `doc`, as one line (a `--help` description)."""
     paragraph = (doc or "").strip().split("\n\n", 1)[0]
     return " ".join(line.strip() for line in paragraph.splitlines())
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit code 2, like every other bad input
+    to the commands (the usage itself is what --help is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -38,7 +38,7 @@ from vla_runtime.core.ab_plan import (
     parse_engine_spec,
 )
 from vla_runtime.core.ab_stats import PairedSprt, rms_jerk
-from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.core.operator_episodes import OperatorEpisodes
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
@@ -262,7 +262,7 @@ def commanded_jerk(harness, t0: float, duration_s: float) -> float | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vla-runtime ab", description=help_summary(__doc__))
+    parser = CommandParser(prog="vla-runtime ab", description=help_summary(__doc__))
     parser.add_argument("--a", required=True, metavar="SPEC",
                         help="arm A's engine: name=value[,name=value] stack arguments")  # fmt: skip
     parser.add_argument("--b", required=True, metavar="SPEC", help="arm B's engine")

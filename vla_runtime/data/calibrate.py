@@ -42,6 +42,7 @@ from vla_runtime.core.hand_eye import (
     pose_error,
     quaternion_xyzw,
 )
+from vla_runtime.core.help_text import CommandParser
 from vla_runtime.core.kinematics import FRANKA, solve_ik
 from vla_runtime.core.latency import (
     LatencyMeasurement,
@@ -437,13 +438,13 @@ def _print(result: dict, as_json: bool) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vla-runtime calibrate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="procedure", required=True, metavar="PROCEDURE")
-    common = argparse.ArgumentParser(add_help=False)
+    common = CommandParser(add_help=False)
     common.add_argument("--sim", action="store_true", help="calibrate the MuJoCo workcell")
     common.add_argument("--json", action="store_true", help="one line of JSON (default: indented)")
     common.add_argument("--out", default=SIM_OUT, help=f"results folder (default {SIM_OUT})")

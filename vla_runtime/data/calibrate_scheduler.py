@@ -15,7 +15,6 @@ signals): the report gives the share of each tier and of critical inferences tha
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from vla_runtime.core.gripper import opening_from_width
-from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scene_change import change, thumbnail
 from vla_runtime.core.scheduler import FULL, TIER_NAMES, PhaseScheduler, SchedulerConfig
@@ -187,7 +186,7 @@ def calibrate(data_dirs, base: SchedulerConfig, window: int, execute: int,
 
 
 def calibrate_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vla-runtime calibrate scheduler", description=help_summary(__doc__)
     )
     parser.add_argument("--data", nargs="+", required=True, help="LeRobot dataset directories")

@@ -19,7 +19,6 @@ The dataset is committed episode by episode: Ctrl-C loses only the episode in pr
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from vla_runtime.core.help_text import CommandParser
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
     sigint_deferred,
@@ -106,7 +106,7 @@ def make_env(task: str, mode: str, image_size: int):
 
 
 def collect_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vla-runtime collect", description="scripted-expert data collection (LeRobot v3)"
     )
     parser.add_argument("--task", required=True, choices=TASKS)

@@ -22,7 +22,6 @@ Seeds >= 90000 are never used for training (`collect` refuses them); evaluation 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -37,7 +36,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
-from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
@@ -286,7 +285,7 @@ def evaluate_stack(
 
 def eval_main(argv: list[str] | None = None) -> int:
 
-    parser = argparse.ArgumentParser(prog="vla-runtime eval", description=help_summary(__doc__))
+    parser = CommandParser(prog="vla-runtime eval", description=help_summary(__doc__))
     parser.add_argument("--ckpt", default=str(shipped_checkpoint()),
                         help="checkpoint directory (default: the shipped one)")  # fmt: skip
     parser.add_argument("--task", required=True, choices=TASKS)

@@ -31,7 +31,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.signals import SignalHandlerOptions
 
 from vla_runtime.core import topics
-from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.data.rosbag2_bag import (
     BagWriter,
     OfferedQos,
@@ -247,7 +247,7 @@ def choose_target(args: argparse.Namespace) -> Target:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vla-runtime record", description=help_summary(__doc__))
+    parser = CommandParser(prog="vla-runtime record", description=help_summary(__doc__))
     parser.add_argument("out", nargs="?", metavar="OUT",
                         help="bag directory to create (rosbag2 layout)")  # fmt: skip
     parser.add_argument("--out", dest="out_option", metavar="OUT", help="same as OUT")

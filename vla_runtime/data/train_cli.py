@@ -11,12 +11,12 @@ import importlib
 import json
 import sys
 
-from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.engine.policy import ActionSpace
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vla-runtime train", description=help_summary(__doc__))
+    parser = CommandParser(prog="vla-runtime train", description=help_summary(__doc__))
     parser.add_argument("--data", action="append", required=True, help="dataset dir (repeatable)")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--out", required=True, help="checkpoint directory (resumed if present)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from vla_runtime.core.help_text import CommandParser
 from vla_runtime.engine.built_engine import (
     ENGINE_BACKENDS,
     ENGINE_PRECISIONS,
@@ -29,7 +30,7 @@ def _add_weights_options(parser: argparse.ArgumentParser) -> None:
 
 
 def export_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vla-runtime export",
         description="Export a checkpoint's graphs to ONNX (six files and manifest.json, see "
         "vla_runtime/engine/onnx_backend.py) into OUT/onnx-<model hash>/; prints that directory.",
@@ -50,7 +51,7 @@ def export_main(argv: list[str]) -> int:
 
 
 def build_engine_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vla-runtime build-engine",
         description="Build OUT/<checkpoint-name>-<hash>/ for one back end, precision and device, "
         "with manifest.json (file hashes, spec hash, library versions); the engine node loads "

@@ -13,7 +13,6 @@ Prints one JSON line per step; exits non-zero when a step fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_runtime.core.help_text import CommandParser
 from vla_runtime.data.lerobot import lerobot_side
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 from vla_runtime.data.lerobot.schema import IMAGE_PREFIX
@@ -118,7 +118,7 @@ def lerobot_to_ours(python: str, root: Path, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lerobot-python", required=True, help="python of .venv-lerobot")
     parser.add_argument("--workdir", type=Path, help="keep the datasets here (default: temp)")
     args = parser.parse_args(argv)

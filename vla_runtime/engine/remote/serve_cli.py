@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import zmq
 
+from vla_runtime.core.help_text import CommandParser
 from vla_runtime.core.threads import resolve_threads
 from vla_runtime.engine.factory import BACKENDS, load_policy
 from vla_runtime.engine.policy import PolicyError
@@ -43,7 +44,7 @@ DEFAULT_BINDS = {
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="vla-runtime serve",
         description="Serve a policy to robots. zmq (default): our protocol, CURVE keys off "
         "loopback, only robots added with --add-robot are served. openpi: openpi's websocket "
