@@ -125,6 +125,7 @@ DATA_COMMANDS = {
     "serve": ("vla_runtime.engine.remote.serve_cli", "serve_main"),
     "export": ("vla_runtime.engine.build_cli", "export_main"),
     "build-engine": ("vla_runtime.engine.build_cli", "build_engine_main"),
+    "describe": ("vla_runtime.sim.description", "describe_main"),
 }
 BENCH_OPTIONS = {
     "seconds": (["--seconds"], {"type": float, "help": "run length (s)"}),

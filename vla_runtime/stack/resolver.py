@@ -170,22 +170,33 @@ def load_stack_file(name_or_path: str | Path) -> tuple[str, dict]:
         path = stacks_dir() / f"{name_or_path}.yaml"
     if not path.is_file():
         raise StackError(f"no stack {str(name_or_path)!r}: choose one of {available_stacks()}")
+    return path.stem, _load_with_parts(path, ())
+
+
+def _load_with_parts(path: Path, including: tuple[Path, ...]) -> dict:
+    """The stack file with the nodes, arguments, variables and report topics of the parts it
+    includes (and of the parts they include) appended."""
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list):
         raise StackError(f"{path}: a stack file needs a `nodes:` list")
     for part in raw.get("include") or []:
-        part_path = path.parent / part
+        part_path = (path.parent / part).resolve()
         if not part_path.is_file():
             raise StackError(f"{path}: included part {part!r} not found")
-        included = yaml.safe_load(part_path.read_text()) or {}
-        # The stack's own argument declarations win, so it can change a part's defaults.
-        raw["arguments"] = {**(included.get("arguments") or {}), **(raw.get("arguments") or {})}
+        if part_path in including:
+            raise StackError(f"{path}: {part!r} includes itself")
+        included = _load_with_parts(part_path, (*including, path.resolve()))
+        # The stack's own declarations win, so it can change a part's defaults.
+        for key in ("arguments", "variables"):
+            merged = {**(included.get(key) or {}), **(raw.get(key) or {})}
+            if merged:
+                raw[key] = merged
         raw["nodes"] = raw["nodes"] + (included.get("nodes") or [])
         report = raw.setdefault("report", {})
         report["topics"] = (report.get("topics") or []) + (
             (included.get("report") or {}).get("topics") or []
         )
-    return path.stem, raw
+    return raw
 
 
 def _typed_like(default: Any, value: Any, what: str) -> Any:
