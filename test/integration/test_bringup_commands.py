@@ -148,7 +148,7 @@ def test_the_policy_drives_the_arm_on_prefixed_joint_names():
         assert probe.commands and probe.commands[-1].name[:7] == names
         # The sim scene's rollouts ran: its model names the joints without the prefix.
         assert probe.wait(lambda: any("rollout_ms" in e for e in probe.safety), 60), probe.safety
-        # What names that do not match would cause (a loaded host's stale inputs are no issue).
+        # What names that do not match would cause (a loaded host's stale inputs are not that).
         mismatched = [e for e in probe.safety if e.get("event") == "scene_rejected"
                       or any(text in str(e) for text in NAME_MISMATCHES)]  # fmt: skip
         assert not mismatched, mismatched

@@ -116,7 +116,8 @@ class StackRecording:
         self.root.mkdir(parents=True, exist_ok=True)
         index = len([p for p in self.root.iterdir() if p.is_dir()])
         self.writer = BagWriter(self.root / f"{index:03d}_{arm}")
-        TopicRecorder(node, self.writer, self.TOPICS).discover()  # the stack is up: all publish
+        # The stack is up: every recorded topic has its publisher now.
+        TopicRecorder(node, self.writer, self.TOPICS, announce=False).discover()
 
     def stop(self) -> None:
         with interrupt_deferred():

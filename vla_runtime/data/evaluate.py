@@ -13,7 +13,7 @@ Paths (`--via`):
   `--execute` control periods of physics. Deterministic (the engine's latency does not cost sim
   time); the engine's wall-clock latency is measured and reported. `--realtime` runs the driver
   at real-time factor 1 instead, so latency costs sim time (what dynamic_reach is about).
-  The streamer and safety nodes are not in this loop (see the issue note).
+  The streamer and safety nodes are not in this loop.
 - `inprocess`: Policy + TaskSimulator + SceneRenderer in this process, no ROS: the same
   receding-horizon loop, a fast development tool.
 

@@ -115,6 +115,7 @@ class TopicRecorder:
     writer: BagWriter
     wanted: set[str] | None  # None: every topic
     skipped: dict[str, str] = field(default_factory=dict)  # topic -> why not recorded
+    announce: bool = True  # a line on stderr per topic as its recording starts
 
     def discover(self) -> None:
         for topic, types in self.node.get_topic_names_and_types():
@@ -141,9 +142,10 @@ class TopicRecorder:
                 message_type, topic,
                 lambda data, t=topic: self.writer.write(t, data, time.time_ns()), qos, raw=True,
             )  # fmt: skip
-            policies = f"{qos.reliability.name.lower()}, {qos.durability.name.lower()}"
-            print(f"record: recording {topic} ({type_name}; {policies})", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            if self.announce:
+                policies = f"{qos.reliability.name.lower()}, {qos.durability.name.lower()}"
+                print(f"record: recording {topic} ({type_name}; {policies})", file=sys.stderr,
+                      flush=True)  # fmt: skip
 
 
 def _type_hash(publishers, type_name: str) -> str:
