@@ -127,6 +127,8 @@ DATA_COMMANDS = {
     "build-engine": ("vla_runtime.engine.build_cli", "build_engine_main"),
     "describe": ("vla_runtime.sim.description", "describe_main"),
 }
+# Commands whose options are declared apart from their heavy imports: --help answers at once.
+LIGHT_PARSERS = {"eval": "vla_runtime.data.eval_cli", "ab": "vla_runtime.data.ab_cli"}
 BENCH_OPTIONS = {
     "seconds": (["--seconds"], {"type": float, "help": "run length (s)"}),
     "preset": (["--preset"], {"default": "tiny", "help": "model preset (tiny, small)"}),
@@ -220,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in DATA_COMMANDS:  # argparse lives in the commands' modules
+        if argv[0] in LIGHT_PARSERS and {"-h", "--help"} & set(argv[1:]):
+            _entry(LIGHT_PARSERS[argv[0]], "build_parser")().parse_args(argv[1:])  # exits
         return _entry(*DATA_COMMANDS[argv[0]])(argv[1:])
     if argv[:2] == ["calibrate", "scheduler"]:
         return _entry("vla_runtime.data.calibrate_scheduler", "calibrate_main")(argv[2:])

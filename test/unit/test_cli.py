@@ -148,3 +148,15 @@ def test_help_descriptions_are_whole_paragraphs(capsys):
         main(["eval", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "success rate, time to completion and runtime metrics as one JSON object." in out
+
+
+@pytest.mark.parametrize("command", ["eval", "ab", "train"])
+def test_help_answers_without_loading_torch_or_rclpy(command):
+    probe = (
+        "import sys\nfrom vla_runtime.cli import main\n"
+        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'rclpy', 'onnxruntime') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert f"usage: vla-runtime {command}" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-300:]

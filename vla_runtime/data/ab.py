@@ -16,7 +16,6 @@ the plots.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -30,7 +29,6 @@ from tqdm import tqdm
 
 from vla_runtime.core import topics
 from vla_runtime.core.ab_plan import (
-    ORDERS,
     completed_pairs,
     effective_episodes,
     episode_order,
@@ -38,23 +36,17 @@ from vla_runtime.core.ab_plan import (
     parse_engine_spec,
 )
 from vla_runtime.core.ab_stats import PairedSprt, rms_jerk
-from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.core.operator_episodes import OperatorEpisodes
-from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
+from vla_runtime.data.ab_cli import REAL_STACKS, build_parser
 from vla_runtime.data.ab_operator import OperatorArm, OperatorConsole
 from vla_runtime.data.ab_summary import summarise_ab
-from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
+from vla_runtime.data.evaluate import checkpoint_image_size
 from vla_runtime.data.record import TopicRecorder
 from vla_runtime.data.rosbag2_bag import BagWriter
-from vla_runtime.sim.tasks import TASKS
 from vla_runtime.stack.resolver import StackError, coerce_scalar, resolve_stack
 
 LOG = "episodes.jsonl"
-
-
-REAL_STACKS = {"fr3": ("franka", {"robot_type": "fr3"}), "panda": ("franka", {"robot_type": "fer"}),
-               "ur5e": ("ur", {"ur_type": "ur5e"})}  # fmt: skip
 
 
 def arm_stacks(spec_a: dict, spec_b: dict, task: str, base: dict, robot: str, sim: bool) -> dict:
@@ -260,36 +252,6 @@ def commanded_jerk(harness, t0: float, duration_s: float) -> float | None:
     commands = [(t, q) for kind, t, q in harness.motion
                 if kind == "command" and t0 <= t <= t0 + duration_s]  # fmt: skip
     return rms_jerk([t for t, _ in commands], [q for _, q in commands]) if commands else None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="vla-runtime ab", description=help_summary(__doc__))
-    parser.add_argument("--a", required=True, metavar="SPEC",
-                        help="arm A's engine: name=value[,name=value] stack arguments")  # fmt: skip
-    parser.add_argument("--b", required=True, metavar="SPEC", help="arm B's engine")
-    parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--robot", default="fr3", choices=sorted(REAL_STACKS),
-                        help="the arm (simulated: fr3 only)")  # fmt: skip
-    parser.add_argument("--sim", action="store_true",
-                        help="the simulated workcell; without it, the robot's real stack with "
-                        "operator-driven episodes (keys on stdin)")  # fmt: skip
-    parser.add_argument("--set", action="append", default=[], metavar="NAME:=VALUE",
-                        help="stack argument of both arms, e.g. robot_ip:=172.16.0.2")  # fmt: skip
-    parser.add_argument("--episodes", type=int, default=20, help="episodes per arm (pairs)")
-    parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first scene seed")
-    parser.add_argument("--order", choices=ORDERS, default="abba")
-    parser.add_argument("--ckpt", default=str(shipped_checkpoint()), help="checkpoint directory")
-    parser.add_argument("--out", help="folder for the log and the report (default runs/ab_TASK)")
-    parser.add_argument("--resume", action="store_true", help="continue the log in --out")
-    parser.add_argument("--sequential", action="store_true",
-                        help="stop early once a paired SPRT decides")  # fmt: skip
-    parser.add_argument("--effect", type=float, default=0.3,
-                        help="SPRT: win share over 1/2 of discordant pairs to detect")  # fmt: skip
-    parser.add_argument("--alpha", type=float, default=0.05, help="SPRT: false-difference rate")
-    parser.add_argument("--beta", type=float, default=0.2, help="SPRT: missed-effect rate")
-    parser.add_argument("--json", action="store_true", help="one line of JSON")
-    parser.add_argument("--no-progress", action="store_true")
-    return parser
 
 
 def ab_main(argv: list[str] | None = None) -> int:

@@ -36,9 +36,8 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
-from vla_runtime.core.help_text import CommandParser, help_summary
-from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
+from vla_runtime.data.eval_cli import DEFAULT_EXECUTE, EVAL_SEED, build_parser
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
@@ -46,7 +45,6 @@ from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
 from vla_runtime.sim.env import InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
-    TASKS,
     SceneReader,
     is_success,
     scene_colours,
@@ -54,9 +52,6 @@ from vla_runtime.sim.tasks import (
 )
 from vla_runtime.stack.resolver import StackError, coerce_scalar
 from vla_runtime.stack.sim_harness import REPUBLISH_S, STARTUP_TIMEOUT_S, STEP_TIMEOUT_S, RosEnv
-
-EVAL_SEED = 90000
-DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next inference
 
 
 @dataclass
@@ -284,39 +279,7 @@ def evaluate_stack(
 
 
 def eval_main(argv: list[str] | None = None) -> int:
-
-    parser = CommandParser(prog="vla-runtime eval", description=help_summary(__doc__))
-    parser.add_argument("--ckpt", default=str(shipped_checkpoint()),
-                        help="checkpoint directory (default: the shipped one)")  # fmt: skip
-    parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--episodes", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first episode seed")
-    parser.add_argument("--via", choices=("stack", "jtc", "inprocess"), default="stack")
-    stack = parser.add_argument_group("stack (the product path)")
-    stack.add_argument("--mode", choices=("async", "sync"), default="async",
-                       help="streamer mode (sync: the wait-then-execute baseline)")  # fmt: skip
-    stack.add_argument("--backend", help="engine back end (default: the stack's)")
-    stack.add_argument("--scheduler", action="store_true", help="phase-adaptive scheduler on")
-    stack.add_argument("--set", action="append", default=[], metavar="NAME:=VALUE",
-                       help="any other sim stack argument (repeatable)")  # fmt: skip
-    stack.add_argument("--out", help="per-episode JSONL (default runs/eval_<task>.jsonl)")
-    stack.add_argument("--resume", action="store_true", help="skip seeds already in --out")
-    stack.add_argument("--plot", help="PNG of commanded vs measured joints and verdicts")
-    stack.add_argument("--report", metavar="DIR",
-                       help="plots (latency, outcomes, joints) and an HTML page")  # fmt: skip
-    stack.add_argument("--quiet", action="store_true", help="no per-episode lines")
-    lockstep = parser.add_argument_group("jtc / inprocess (ablations)")
-    lockstep.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
-    lockstep.add_argument(
-        "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"
-    )
-    parser.add_argument(
-        "--noise-scale",
-        type=float,
-        help="flow start noise (0: deterministic; default: the checkpoint's, else 1)",
-    )
-    parser.add_argument("--json", action="store_true", help="one line of JSON")
-    parser.add_argument("--no-progress", action="store_true")
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
