@@ -35,6 +35,11 @@ def parse_engine_spec(text: str, coerce) -> dict[str, Any]:
     return spec
 
 
+def spec_text(spec: dict[str, Any]) -> str:
+    """The spec as it is written on the command line (the inverse of `parse_engine_spec`)."""
+    return ",".join(f"{name}={value}" for name, value in spec.items())
+
+
 def episode_order(pairs: int, first_seed: int, order: str = "abba", rng_seed: int = 0):
     """[(seed, arm), ...]: every seed once per arm, the two episodes of a pair adjacent."""
     if order not in ORDERS:

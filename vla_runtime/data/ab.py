@@ -34,6 +34,7 @@ from vla_runtime.core.ab_plan import (
     episode_order,
     next_episode,
     parse_engine_spec,
+    spec_text,
 )
 from vla_runtime.core.ab_stats import PairedSprt, rms_jerk
 from vla_runtime.core.operator_episodes import OperatorEpisodes
@@ -59,12 +60,8 @@ def arm_stacks(spec_a: dict, spec_b: dict, task: str, base: dict, robot: str, si
         try:
             stacks[arm] = resolve_stack(name, {**base, **arguments, **spec, "policy": True})
         except StackError as exc:
-            raise ValueError(f"--{arm} {_spec_text(spec)}: {exc}") from None
+            raise ValueError(f"--{arm} {spec_text(spec)}: {exc}") from None
     return stacks
-
-
-def _spec_text(spec: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in spec.items())
 
 
 def read_log(path: Path) -> list[dict]:
@@ -169,7 +166,7 @@ class OperatorArms:
 
     def open(self, arm: str) -> None:
         self.close()
-        label = f"{arm.upper()}: {_spec_text(self.settings[arm])}"
+        label = f"{arm.upper()}: {spec_text(self.settings[arm])}"
         self.console.say(f"starting the stack of arm {label}")
         self.current, self.arm = OperatorArm(self.stacks[arm], self.console, label), arm
         self.current.warm_up()
@@ -180,7 +177,7 @@ class OperatorArms:
         kind, value = self.current.episode(self.keys, seed, self.task)
         if kind != "record":
             return kind, value, None
-        t0 = self.current.now() - value.sim_s
+        t0 = self.current.started_at
         return kind, value, commanded_jerk(self.current.harness, t0, value.sim_s)
 
     def close(self) -> None:

@@ -70,18 +70,14 @@ class OperatorArm:
         self._release = node.create_publisher(Empty, topics.ESTOP_RESET, 10)
         self._episode = node.create_publisher(String, topics.EPISODE, latched_qos(1))
         self.episodes_started = 0
+        self.started_at: float | None = None  # stack time of the last episode's start
 
     def now(self) -> float:
         return self.harness.node.get_clock().now().nanoseconds * 1e-9
 
     def warm_up(self) -> None:
         """Until the engine has produced a chunk from the cameras: the loop runs."""
-        stats = self.harness.engine_stats
-        self.harness.spin_until(
-            lambda: any(level == 0 and "infer_ms" in v for _, level, v in stats),
-            stack_eval.STARTUP_TIMEOUT_S,
-            "first chunk from the engine",
-        )
+        self.harness.wait_for_first_chunk()
         self.hold()
 
     def hold(self) -> None:
@@ -126,6 +122,7 @@ class OperatorArm:
                 self.console.say(action.note)
         self.harness.forget_reports()
         t0, wall0 = self.now(), time.monotonic()
+        self.started_at = t0
         self._release.publish(Empty())
         self.episodes_started += 1
         announcement = {"episode": self.episodes_started, "seed": seed, "task": task, "stamp": t0}
@@ -136,14 +133,7 @@ class OperatorArm:
                 self.console.say(action.note)
         t_end = self.now()
         self.hold()
-        # The streamer's counters for the episode come with its next figures (every second).
-        try:
-            self.harness.spin_until(
-                lambda: any(s >= t_end for s, _ in self.harness.streamer_stats),
-                stack_eval.STATS_WAIT_S, "streamer stats",
-            )  # fmt: skip
-        except stack_eval.StackStalled:
-            pass  # recorded without them
+        self.harness.wait_for_streamer_figures(t_end)
         if action.kind == "abort":
             while True:
                 reason = operator.feed(self._wait_line(operator))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from vla_runtime.core.ab_plan import ARMS, completed_pairs
+from vla_runtime.core.ab_plan import ARMS, completed_pairs, spec_text
 from vla_runtime.core.ab_stats import (
     PairedSprt,
     bootstrap_median_difference,
@@ -26,9 +26,10 @@ from vla_runtime.core.ab_stats import (
     newcombe_difference,
 )
 from vla_runtime.core.stats import wilson_interval
-from vla_runtime.data.stack_eval import VERDICTS
+from vla_runtime.data.stack_eval import EpisodeRecord, summarise
 
 ARM_COLOURS = {"a": "tab:blue", "b": "tab:orange"}
+AB_FIELDS = ("arm", "jerk_rms")  # what a log line adds to an episode record
 TABLE_ROWS = {  # per-arm figure -> its row in the report
     "success_rate": "success rate",
     "time_to_success_s": "time to success p50 (s)",
@@ -44,38 +45,28 @@ def _percentile(values, q):
 
 
 def _arm_figures(entries: list[dict]) -> dict:
-    n = len(entries)
-    successes = sum(e["success"] for e in entries)
-    latency = [x for e in entries for x in e["engine_infer_ms"]]
-    times = [e["time_to_success_s"] for e in entries if e["success"]]
+    """An arm's figures: the evaluation summary of its episodes (stack_eval.summarise), the
+    success rate's interval, and the smoothness figures only an A/B run records."""
+    records = [EpisodeRecord(**{k: v for k, v in e.items() if k not in AB_FIELDS}) for e in entries]
+    figures = summarise("", records, {})
+    n, successes = figures["episodes"], figures["successes"]
     jerk = [e["jerk_rms"] for e in entries if e.get("jerk_rms") is not None]
     handover = [float(e["streamer"]["handover_jump_p99"]) for e in entries
                 if e.get("streamer", {}).get("handover_jump_p99") not in (None, "")]  # fmt: skip
-    verdicts = {k: sum(e["verdicts"].get(k, 0) for e in entries) for k in VERDICTS}
-    chunks = sum(verdicts.values())
-    low, high = wilson_interval(successes, n) if n else (None, None)
     return {
         "episodes": n,
         "successes": successes,
-        "success_rate": successes / n if n else None,
-        "success_ci": [low, high],
-        "latency_ms": {
-            "p50": _percentile(latency, 50),
-            "p99": _percentile(latency, 99),
-            "n": len(latency),
-        },  # fmt: skip
-        "time_to_success_s": _percentile(times, 50),
-        "time_to_success_mean_s": float(np.mean(times)) if times else None,
+        "success_rate": figures["success_rate"],
+        "success_ci": list(wilson_interval(successes, n)) if n else [None, None],
+        "latency_ms": figures["engine_latency_ms"],
+        "time_to_success_s": figures["time_to_success_s"]["p50"],
+        "time_to_success_mean_s": figures["time_to_success_s"]["mean"],
         "jerk_rms": _percentile(jerk, 50),
         "handover_jump_rad_p99": _percentile(handover, 50),
-        "veto_rate": verdicts["veto"] / chunks if chunks else None,
-        "stale_dropped": sum(
-            int(float(e.get("streamer", {}).get("stale_dropped") or 0)) for e in entries
-        ),  # fmt: skip
-        "stale_executed": sum(
-            int(float(e.get("streamer", {}).get("stale_executed") or 0)) for e in entries
-        ),  # fmt: skip
-        "incidents": sum(e["outcome"] in ("stalled", "stack_died") for e in entries),
+        "veto_rate": figures["veto_rate"],
+        "stale_dropped": figures["stale_dropped"],
+        "stale_executed": figures["stale_executed"],
+        "incidents": len(figures["incidents"]),
     }
 
 
@@ -139,13 +130,9 @@ def summarise_ab(entries, plan, settings, sprt, stopped_early, out: Path) -> dic
     return summary
 
 
-def _spec(spec: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in spec.items())
-
-
 def verdict(summary: dict) -> str:
     """One sentence: latency difference and whether it costs success, with the intervals."""
-    names = {arm: f"{arm.upper()} ({_spec(summary['settings'][arm])})" for arm in ARMS}
+    names = {arm: f"{arm.upper()} ({spec_text(summary['settings'][arm])})" for arm in ARMS}
     latency, success = summary["difference"]["latency_ms"], summary["difference"]["success"]
     if latency["estimate"] is None:
         speed = "latency could not be compared (no inference on one arm)"
@@ -183,7 +170,7 @@ def _png(fig: Figure) -> str:
 
 def _plots(summary: dict, entries: list[dict]) -> dict[str, Figure]:
     by_arm = {arm: [e for e in entries if e["arm"] == arm] for arm in ARMS}
-    label = {arm: f"{arm.upper()}: {_spec(summary['settings'][arm])}" for arm in ARMS}
+    label = {arm: f"{arm.upper()}: {spec_text(summary['settings'][arm])}" for arm in ARMS}
     latency = Figure(figsize=(11, 3.8))
     hist, cdf = latency.subplots(1, 2)
     for arm in ARMS:
@@ -244,7 +231,7 @@ def write_report(out: Path, summary: dict, entries: list[dict]) -> Path:
         for arm in ARMS
     )
     rows.insert(1, f"<tr><th>engine latency p50 / p99 (ms)</th>{cells}</tr>")
-    head = "".join(f"<th>{arm.upper()}: {html.escape(_spec(summary['settings'][arm]))}</th>"
+    head = "".join(f"<th>{arm.upper()}: {html.escape(spec_text(summary['settings'][arm]))}</th>"
                    for arm in ARMS)  # fmt: skip
     body = "".join(f'<img alt="{name}" src="data:image/png;base64,{data}">'
                    for name, data in images.items())  # fmt: skip

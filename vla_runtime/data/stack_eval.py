@@ -331,14 +331,28 @@ class StackHarness:
         """Until the whole loop runs: scene state arriving and a first chunk from the engine
         (cameras, engine and streamer up), so that start-up costs no episode its time."""
         self.reader(task)
+        self.spin_until(lambda: self.scene is not None, STARTUP_TIMEOUT_S, "scene state")
+        self.wait_for_first_chunk()
+
+    def wait_for_first_chunk(self) -> None:
+        """Until the engine has published a chunk from the cameras' frames."""
         self.spin_until(
-            lambda: (
-                self.scene is not None
-                and any(level == 0 and "infer_ms" in v for _, level, v in self.engine_stats)
-            ),
+            lambda: any(level == 0 and "infer_ms" in v for _, level, v in self.engine_stats),
             STARTUP_TIMEOUT_S,
             "first chunk from the engine",
         )
+
+    def wait_for_streamer_figures(self, t_end: float) -> None:
+        """Until the streamer's figures stamped at or after `t_end` arrive (it publishes them
+        every second and at each episode boundary); an episode is recorded without them when
+        they do not come."""
+        try:
+            self.spin_until(
+                lambda: any(s >= t_end for s, _ in self.streamer_stats), STATS_WAIT_S,
+                "streamer stats",
+            )  # fmt: skip
+        except StackStalled:
+            pass
 
     def set_episode(self, seed: int) -> dict:
         """Start an episode with `seed`; returns the driver's announcement."""
@@ -406,14 +420,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
 
     harness.spin_until(done, STALL_TIMEOUT_S + 10 * (end - t0), "episode end")
     t_end = min(outcome["t"], end)
-    # The streamer publishes its figures every second and at each episode boundary.
-    try:
-        harness.spin_until(
-            lambda: any(s >= t_end for s, _ in harness.streamer_stats), STATS_WAIT_S,
-            "streamer stats",
-        )  # fmt: skip
-    except StackStalled:
-        pass
+    harness.wait_for_streamer_figures(t_end)
     success_at = outcome["success_at"]
     record = EpisodeRecord(
         seed=seed,
