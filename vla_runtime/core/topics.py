@@ -19,7 +19,12 @@ CHECKED_CHUNK = "/vla/checked_chunk"
 # velocity filled. The gate converts it to the driver's interface.
 COMMAND = "/vla/command"
 ESTOP = "/vla/estop"
-ESTOP_RESET = "/vla/estop/reset"  # std_msgs/Empty: clears a latched e-stop
+# The e-stop latch (std_msgs/Bool, transient local) and the operator's way out of it: a
+# std_srvs/Trigger service, refused unless OPERATOR_REASON carried a reason shortly before.
+ESTOP_STATE = "/vla/estop/state"
+ESTOP_RESET = "/vla/estop/reset"
+# Why the operator resets or recovers (std_msgs/String, transient local), logged with the action.
+OPERATOR_REASON = "/vla/operator/reason"
 # Episode boundaries (std_msgs/String, one JSON object, transient local): {"episode", "seed",
 # "task", "instruction", "stamp"}. Published when a new episode starts (a simulated reset, or an
 # operator's on a real arm); the engine, safety and streamer drop what belongs to the previous
@@ -30,7 +35,8 @@ STREAMER_STATS = "/vla/streamer/stats"
 SAFETY_EVENTS = "/vla/safety/events"
 # Driver-side events (rejected commands, holds): std_msgs/String holding one JSON object.
 DRIVER_EVENTS = "/vla/driver/events"
-# Error recovery after a driver's reflex (std_msgs/Empty), like libfranka's automaticErrorRecovery.
+# Error recovery after a driver's reflex or protective stop (std_srvs/Trigger, with a reason on
+# OPERATOR_REASON): drivers never recover on their own.
 DRIVER_RECOVER = "/vla/driver/recover"
 # Direct drivers' health (diagnostic_msgs/DiagnosticArray): libfranka errors, loop period, …
 DRIVER_STATS = "/vla/driver/stats"
