@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
+from vla_runtime.core.safety.latch_store import STATE_DIR_ENV
 from vla_runtime.stack.isolation import claim_domain
 
 
@@ -44,3 +47,8 @@ def torch_one_thread():
 
 def pytest_configure(config):
     os.environ.setdefault("MUJOCO_GL", "egl")
+    # State that outlives a run (the safety latch of real-arm stacks) goes to a folder of this
+    # test run, never to the user's: every node and stack the tests start inherits it.
+    state = tempfile.mkdtemp(prefix="vla_runtime_test_state_")
+    os.environ[STATE_DIR_ENV] = state
+    config.add_cleanup(lambda: shutil.rmtree(state, ignore_errors=True))

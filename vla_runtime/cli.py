@@ -80,6 +80,8 @@ def _bench(args: argparse.Namespace) -> int:
         result = run("driver", seconds=args.seconds or 60.0)
     elif args.name == "faults":
         result = run("faults")
+    elif args.name == "safety":
+        result = run("safety", quick=args.quick, seed=args.seed or 0)
     elif args.name == "scheduler":
         result = run(
             "scheduler",
@@ -143,6 +145,7 @@ BENCH_OPTIONS = {
     "config": (["--config"], {"help": "thresholds YAML (default config/scheduler.yaml)"}),
     "curve": (["--curve"], {"action": "store_true", "help": "also ZeroMQ with CURVE"}),
     "no_fleet": (["--no-fleet"], {"action": "store_true", "help": "skip Ray Serve"}),
+    "quick": (["--quick"], {"action": "store_true", "help": "a short run (tests)"}),
 }
 # name -> (what it measures, its options)
 BENCHMARKS = {
@@ -157,11 +160,26 @@ BENCHMARKS = {
                "60 s)", ["seconds"]),
     "faults": ("every injected fault: detection and stop times, unsafe commands, lost chunks",
                []),
+    "safety": ("chunk check + consequence rollout against full-physics ground truth: hazard "
+               "recall, false vetoes, check time", ["quick", "seed"]),
     "scheduler": ("scheduled vs full compute on the shipped policy (default 50 episodes per "
                   "task)", ["ckpt", "tasks", "episodes", "seed", "execute", "config"]),
     "closed-loop": ("success and time to success under injected delays, async vs sync (default "
                     "10 episodes)", ["ckpt", "tasks", "episodes", "delays", "out", "seed"]),
 }  # fmt: skip
+
+
+def _recover(args: argparse.Namespace) -> int:
+    if not args.reason.strip():
+        print("vla-runtime recover: error: --reason must say why (it is logged with the reset)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.domain is not None and not 0 <= args.domain <= 232 or not args.timeout > 0:
+        print(f"vla-runtime recover: error: --domain in 0..232 and --timeout > 0, got "
+              f"{args.domain} and {args.timeout}", file=sys.stderr)  # fmt: skip
+        return 2
+    recover = _entry("vla_runtime.ros.operator_recover", "recover_main")
+    return recover(args.reason, args.domain, args.timeout)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +220,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(calibration/); `calibrate scheduler --data DIR`: scheduler thresholds",
         add_help=False,
     )
+    recover = sub.add_parser(
+        "recover", help="after a stop: recover the driver and reset the safety gate's latch",
+        description="Publish the reason on /vla/operator/reason, call /vla/driver/recover (when "
+        "a driver serves it), then /vla/estop/reset. Exits 1 if a step is refused.",
+    )  # fmt: skip
+    recover.add_argument("--reason", required=True, help="why; logged with the reset")
+    recover.add_argument("--domain", "--domain-id", type=int, metavar="N",
+                         help="the stack's ROS_DOMAIN_ID (default: this shell's)")  # fmt: skip
+    recover.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                         help="s to wait for the services (default 10)")  # fmt: skip
+    recover.set_defaults(func=_recover)
     return parser
 
 

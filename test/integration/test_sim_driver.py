@@ -1,4 +1,5 @@
-"""The sim driver as a separate process over real DDS, in a private ROS domain."""
+"""The sim driver as a separate process over real DDS, in a private ROS domain. The test's
+probe node stands in for the safety gate: the driver is started with it as `command_source`."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from builtin_interfaces.msg import Duration
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Empty, Float64MultiArray, String, UInt32
+from std_msgs.msg import Float64MultiArray, String, UInt32
+from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.messages import chunk_msg, to_seconds
+from vla_runtime.ros.qos import LATCHED
 from vla_runtime.stack.supervisor import NodeProcess, module_process
 from vla_runtime.testing.recorder import Recorder, json_data
 
@@ -26,11 +29,16 @@ ARM = list(ROBOT.joints)
 HOME = np.array(ROBOT.home)
 GOAL = HOME + np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.2, 0.3])
 WAIT_S = 120.0  # wall-clock patience for DDS and a loaded machine; progress is in sim time
+PROBE = "sim_driver_probe"
+NO_REASON = "state a reason"  # how a recovery without a stated reason is refused
 
 
-def start_driver(tmp_path, *params: str) -> NodeProcess:
+def start_driver(tmp_path, *params: str, interface: str = "trajectory", source: str = "/" + PROBE,
+                 module: str = "vla_runtime.drivers.sim.node") -> NodeProcess:  # fmt: skip
+    """The driver obeying `source` (the probe by default) on `interface`."""
     log = tmp_path / "sim_driver.log"
-    return module_process("vla_runtime.drivers.sim.node", *params, log_path=log).start()
+    own = [f"command_interface:={interface}", f"command_source:={source}"]
+    return module_process(module, *own, *params, log_path=log).start()
 
 
 def stop_driver(proc: NodeProcess) -> str:
@@ -39,10 +47,11 @@ def stop_driver(proc: NodeProcess) -> str:
 
 
 class Probe(Recorder):
-    """A test-side node recording the driver's output and sending it commands."""
+    """A test-side node recording the driver's output and sending it commands on `interface`
+    (the other arm interface's publisher is None) and the gripper's."""
 
-    def __init__(self, ctx):
-        super().__init__("sim_driver_probe", context=ctx)
+    def __init__(self, ctx, interface: str = "trajectory", name: str = PROBE):
+        super().__init__(name, context=ctx)
         keep = self.record
         self.states: list[JointState] = keep(JointState, topics.JOINT_STATES, 1000, stamped=False)
         self.clocks: list[float] = keep(
@@ -57,13 +66,19 @@ class Probe(Recorder):
         self.xml: list[str] = keep(String, topics.SIM_SCENE_XML, latched, lambda m: m.data,
                                    stamped=False)  # fmt: skip
         pub = self.node.create_publisher
-        self.trajectory = pub(JointTrajectory, topics.trajectory_command("fr3_arm_controller"), 10)
-        self.forward = pub(
-            Float64MultiArray, topics.forward_command("forward_position_controller"), 10
-        )
+        self.trajectory = self.forward = None
+        if interface == "trajectory":
+            self.trajectory = pub(
+                JointTrajectory, topics.trajectory_command("fr3_arm_controller"), 10
+            )
+        else:
+            self.forward = pub(
+                Float64MultiArray, topics.forward_command("forward_position_controller"), 10
+            )
         self.step = pub(UInt32, topics.SIM_STEP, 10)
         self.gripper = pub(Float64MultiArray, topics.forward_command("fr3_gripper"), 10)
-        self.recover = pub(Empty, topics.DRIVER_RECOVER, 10)
+        self.reason = pub(String, topics.OPERATOR_REASON, LATCHED)
+        self.recovery = self.node.create_client(Trigger, topics.DRIVER_RECOVER)
 
     @property
     def sim_time(self) -> float:
@@ -97,6 +112,25 @@ class Probe(Recorder):
         n = len(self.events)
         self.spin_until(lambda: len(self.events) > n, what)
         return self.events[n]
+
+    def call_recover(self) -> Trigger.Response:
+        """One call of the driver's recovery service."""
+        self.spin_until(self.recovery.service_is_ready, "the recovery service")
+        future = self.recovery.call_async(Trigger.Request())
+        self.spin_until(future.done, "the recovery service's answer")
+        return future.result()
+
+    def recover(self, reason: str = "test: the cause is gone") -> Trigger.Response:
+        """Recovery with `reason` stated first. The reason and the call travel separately: a
+        call that overtook its reason is refused for want of one, and is made again."""
+        self.reason.publish(String(data=reason))
+        self.spin_until(lambda: self.reason.get_subscription_count() > 0, "the reason's reader")
+        for _ in range(20):
+            response = self.call_recover()
+            if response.success or NO_REASON not in response.message:
+                return response
+            self.wait(lambda: False, 0.1)
+        return response
 
 
 def _seconds(stamp) -> float:
@@ -132,15 +166,13 @@ def test_sim_driver_streams_follows_trajectories_and_rejects_bad_commands(rclpy_
         )
         assert np.abs(probe.arm - GOAL).max() < 0.01
 
-        # Malformed commands interrupt a motion: each is rejected with an event and the arm holds.
-        probe.connected(probe.forward)
+        # Malformed commands interrupt a motion: each is rejected with an event and the arm holds
+        # (a malformed forward command: test_forward_reflex_holds_until_operator_recovery).
         malformed = [
             (topics.trajectory_command("fr3_arm_controller"),
              lambda: probe.send_trajectory(["fr3_joint0", *ARM[1:]], HOME, 1.0)),
             (topics.trajectory_command("fr3_arm_controller"),
              lambda: probe.send_trajectory(ARM, [math.nan] * 7, 1.0)),
-            (topics.forward_command("forward_position_controller"),
-             lambda: probe.forward.publish(Float64MultiArray(data=list(HOME[:6])))),
         ]  # fmt: skip
         target = HOME
         for topic, send_bad in malformed:
@@ -204,43 +236,45 @@ def test_lockstep_advances_only_on_request(rclpy_context, tmp_path):
     assert proc.returncode == 0, output
 
 
+def holds_at(probe: Probe, q, seconds: float = 0.5) -> None:
+    probe.spin_sim(seconds)
+    assert np.abs(probe.arm - q).max() < 0.01, probe.arm - q
+
+
+def recover(probe: Probe) -> None:
+    response = probe.recover()
+    assert response.success, response.message
+    event = next(e for e in reversed(probe.events) if e["event"] == "recovered")
+    assert event["fault"].startswith("joint_velocity") and event["reason"].startswith("test:")
+
+
+JOINT2 = np.eye(7)[1]  # fr3_joint2
+
+
 @pytest.mark.integration
-def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
+def test_trajectory_reflex_holds_until_operator_recovery(rclpy_context, tmp_path):
     """Motion faster than FR3's joint velocity limit (fr3_joint2: 2.62 rad/s) trips a latched
-    joint_velocity_violation on the trajectory and the forward interface, like libfranka: the
-    arm holds and every command is refused until /vla/driver/recover."""
+    joint_velocity_violation, like libfranka: the arm holds and every command is refused until
+    the operator's recovery, which needs a stated reason and re-arms from the measured pose."""
     proc = start_driver(tmp_path)
     probe = Probe(rclpy_context)
     jtc = topics.trajectory_command("fr3_arm_controller")
-    forward = topics.forward_command("forward_position_controller")
     gripper = topics.forward_command("fr3_gripper")
-    step = np.zeros(7)
-    step[1] = 1.0  # fr3_joint2
-
-    def holds_at(q, seconds: float = 0.5) -> None:
-        probe.spin_sim(seconds)
-        assert np.abs(probe.arm - q).max() < 0.01, probe.arm - q
-
-    def recover() -> None:
-        probe.recover.publish(Empty())
-        event = probe.next_event("the recovery")
-        assert event["event"] == "recovered" and event["fault"].startswith("joint_velocity")
-
     try:
         probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
-        for publisher in (probe.trajectory, probe.forward, probe.gripper, probe.recover):
+        for publisher in (probe.trajectory, probe.gripper):
             probe.connected(publisher)
 
         # Trajectory: 0.15 rad in 50 ms is 3 rad/s.
-        probe.send_trajectory(ARM, HOME + 0.15 * step, 0.05)
+        probe.send_trajectory(ARM, HOME + 0.15 * JOINT2, 0.05)
         event = probe.next_event("the trajectory reflex")
         assert event["event"] == "reflex" and event["topic"] == jtc
         assert event["reason"] == "joint_velocity_violation: fr3_joint2 3.00 rad/s > 2.62 (limit)"
         assert event["fault"] == event["reason"]
-        holds_at(HOME)
+        holds_at(probe, HOME)
         # Latched: a slow trajectory and a gripper command are refused too, naming the fault.
         for topic, send in (
-            (jtc, lambda: probe.send_trajectory(ARM, HOME + 0.15 * step, 1.0)),
+            (jtc, lambda: probe.send_trajectory(ARM, HOME + 0.15 * JOINT2, 1.0)),
             (gripper, lambda: probe.gripper.publish(Float64MultiArray(data=[0.02]))),
         ):
             send()
@@ -249,48 +283,89 @@ def test_reflex_on_each_interface_holds_until_recovery(rclpy_context, tmp_path):
             assert (
                 refused["reason"].startswith(event["fault"]) and refused["fault"] == event["fault"]
             )
-        holds_at(HOME)
+        holds_at(probe, HOME, 1.0)  # nothing recovers on its own
         assert probe.states[-1].position[7] + probe.states[-1].position[8] > 0.075  # still open
-        recover()
-        above = HOME + 0.15 * step
+
+        # No reason stated: refused, still latched.
+        response = probe.call_recover()
+        assert not response.success and NO_REASON in response.message
+        probe.send_trajectory(ARM, HOME, 0.5)
+        assert probe.next_event("a refusal")["event"] == "reflex"
+        recover(probe)
+
+        # Re-armed from the measured pose: a trajectory whose first point is far from it is
+        # refused, not run; one that starts there runs, and then the far one does too.
+        above = HOME + 0.15 * JOINT2
+        probe.send_trajectory(ARM, above, 0.5)
+        refused = probe.next_event("the re-arm refusal")
+        assert refused["event"] == "rejected" and refused["reason"].startswith("re-arming")
+        holds_at(probe, HOME)
+        probe.send_trajectory(ARM, probe.arm, 0.1)
         probe.send_trajectory(ARM, above, 0.5)  # 0.3 rad/s: runs
         probe.spin_until(lambda: np.abs(probe.arm - above).max() < 0.01, "the slow trajectory")
-
-        # Forward: a slow stream runs (0.3 mrad per command: total 2.4 mrad, under 2.62 rad/s
-        # even if all but the last came in one physics step), then a 0.1 rad step (>= 5 rad/s,
-        # judged over at most 20 ms) trips. The reflex names the step from the setpoint the
-        # arm last ran with: q, the stream (sent before it on the same topic) having been
-        # accepted, or a few of its commands earlier when they came in the same physics step.
-        q = above
-        for _ in range(8):
-            q = q - 0.0003 * step
-            probe.forward.publish(Float64MultiArray(data=q.tolist()))
-        probe.forward.publish(Float64MultiArray(data=(q - 0.1 * step).tolist()))
-        event = probe.next_event("the forward reflex")
-        assert event["event"] == "reflex" and event["topic"] == forward
-        assert event["reason"].startswith("joint_velocity_violation: fr3_joint2 ")
-        named = float(re.search(r"forward step ([0-9.]+) rad", event["reason"]).group(1))
-        assert 0.1 <= named <= 0.1024, event["reason"]
-        assert event["fault"] == event["reason"]
-        holds_at(q)
-        probe.forward.publish(Float64MultiArray(data=q.tolist()))  # refused while latched
-        refused = probe.next_event("the refusal on the forward topic")
-        assert refused["event"] == "reflex" and refused["reason"].startswith(event["fault"])
-        holds_at(q)
-        recover()
-        # A new stream's first step is judged over 20 ms: 0.04 rad there is 2 rad/s and runs.
-        q = q - 0.04 * step
-        probe.forward.publish(Float64MultiArray(data=q.tolist()))
-        probe.spin_until(lambda: np.abs(probe.arm - q).max() < 0.01, "a forward command")
-        holds_at(q)
-        assert probe.events[-1]["event"] == "recovered"  # accepted: no event since
-        assert not any(e["event"] == "rejected" for e in probe.events), probe.events
     finally:
         probe.close()
         output = stop_driver(proc)
     assert proc.returncode == 0, output
     assert "reflex on /fr3_arm_controller/joint_trajectory: joint_velocity_violation" in output
     assert "recovered from joint_velocity_violation" in output
+    assert f"/vla/driver/recover refused: state a reason on {topics.OPERATOR_REASON}" in output
+
+
+@pytest.mark.integration
+def test_forward_reflex_holds_until_operator_recovery(rclpy_context, tmp_path):
+    """The forward position interface: a malformed command is rejected, a step beyond the
+    velocity limit trips the reflex, and after the operator's recovery a command far from the
+    measured pose is refused while one near it runs."""
+    proc = start_driver(tmp_path, interface="forward_position")
+    probe = Probe(rclpy_context, "forward_position")
+    forward = topics.forward_command("forward_position_controller")
+    try:
+        probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
+        probe.connected(probe.forward)
+        probe.forward.publish(Float64MultiArray(data=list(HOME[:6])))
+        rejected = probe.next_event("the malformed command's rejection")
+        assert rejected["event"] == "rejected" and rejected["topic"] == forward
+        holds_at(probe, HOME)
+
+        # A slow stream runs (0.3 mrad per command: total 2.4 mrad, under 2.62 rad/s even if
+        # all but the last came in one physics step), then a 0.1 rad step (>= 5 rad/s, judged
+        # over at most 20 ms) trips. The reflex names the step from the setpoint the arm last
+        # ran with: q, the stream (sent before it on the same topic) having been accepted, or a
+        # few of its commands earlier when they came in the same physics step.
+        q = HOME.copy()
+        for _ in range(8):
+            q = q - 0.0003 * JOINT2
+            probe.forward.publish(Float64MultiArray(data=q.tolist()))
+        probe.forward.publish(Float64MultiArray(data=(q - 0.1 * JOINT2).tolist()))
+        event = probe.next_event("the forward reflex")
+        assert event["event"] == "reflex" and event["topic"] == forward
+        assert event["reason"].startswith("joint_velocity_violation: fr3_joint2 ")
+        named = float(re.search(r"forward step ([0-9.]+) rad", event["reason"]).group(1))
+        assert 0.1 <= named <= 0.1024, event["reason"]
+        assert event["fault"] == event["reason"]
+        holds_at(probe, q)
+        probe.forward.publish(Float64MultiArray(data=q.tolist()))  # refused while latched
+        refused = probe.next_event("the refusal on the forward topic")
+        assert refused["event"] == "reflex" and refused["reason"].startswith(event["fault"])
+        holds_at(probe, q)
+        recover(probe)
+        n_events = len(probe.events)
+        # Far from the measured pose (the old target): refused, the arm stays.
+        probe.forward.publish(Float64MultiArray(data=(q - 0.1 * JOINT2).tolist()))
+        refused = probe.next_event("the re-arm refusal")
+        assert refused["event"] == "rejected" and refused["reason"].startswith("re-arming")
+        holds_at(probe, q)
+        # A new stream's first step is judged over 20 ms: 0.04 rad there is 2 rad/s and runs.
+        q = q - 0.04 * JOINT2
+        probe.forward.publish(Float64MultiArray(data=q.tolist()))
+        probe.spin_until(lambda: np.abs(probe.arm - q).max() < 0.01, "a forward command")
+        holds_at(probe, q)
+        assert [e["event"] for e in probe.events[n_events:]] == ["rejected"], probe.events
+    finally:
+        probe.close()
+        output = stop_driver(proc)
+    assert proc.returncode == 0, output
 
 
 @pytest.mark.integration
@@ -304,7 +379,8 @@ def test_task_driver_after_a_reset_ignores_the_old_stream_and_follows_a_chunk_fr
     from vla_runtime.drivers.sim.task_driver import EpisodeClient
 
     log = tmp_path / "task_driver.log"
-    proc = module_process("vla_runtime.drivers.sim.task_driver", "task:=reach", log_path=log)
+    own = ("command_interface:=trajectory", f"command_source:=/{PROBE}")
+    proc = module_process("vla_runtime.drivers.sim.task_driver", *own, "task:=reach", log_path=log)
     proc.start()
     probe = Probe(rclpy_context)
     episodes = EpisodeClient(probe.node)

@@ -292,7 +292,8 @@ def test_output_keeps_a_margin_below_the_joint_limits():
         run.send(target)
         run.tick()
     v = np.diff(np.array(run.outputs), axis=0) / T
-    assert np.abs(v[:, 0]).max() == pytest.approx(0.9 * V[0], rel=1e-6)
+    # libfranka's FR3 limit far from the ends: 2.62 less its 0.001 tolerance.
+    assert np.abs(v[:, 0]).max() == pytest.approx(0.9 * (V[0] - 0.001), rel=1e-6)
     assert (np.abs(np.diff(v, axis=0)) / T <= 0.9 * A * (1 + 1e-6)).all()
     with pytest.raises(ValueError, match="limit_fraction"):
         CommandGate(ROBOT, GateConfig(limit_fraction=0.0))

@@ -3,7 +3,7 @@
 
 import json
 
-from vla_runtime.core.reflex_events import recovered, refused_command
+from vla_runtime.core.reflex_events import recovered, refused_command, refused_recovery
 
 TOPIC = "/fr3_arm_controller/joint_trajectory"
 FAULT = "joint_velocity_violation: fr3_joint2 3.00 rad/s > 2.62 (limit)"
@@ -24,8 +24,8 @@ def test_the_command_that_trips_the_reflex_names_the_fault():
     assert list(report.event) == ["event", "topic", "reason", "stamp", "fault"]
     assert report.event["event"] == "reflex" and report.event["fault"] == FAULT
     assert report.log == (
-        f"reflex on {TOPIC}: {FAULT}; holding until recovery "
-        "(std_msgs/Empty on /vla/driver/recover)"
+        f"reflex on {TOPIC}: {FAULT}; holding until an operator recovery "
+        "(std_srvs/Trigger /vla/driver/recover with a reason)"
     )
     assert not report.throttled
 
@@ -38,18 +38,29 @@ def test_commands_refused_while_the_fault_is_latched_are_logged_throttled():
         "fault": FAULT,
     }  # fmt: skip
     assert report.log == (
-        f"refused command on /fr3_gripper/commands: {FAULT} is latched; recover on "
-        "/vla/driver/recover"
+        f"refused command on /fr3_gripper/commands: {FAULT} is latched; an operator recovers "
+        "it with /vla/driver/recover"
     )
     assert report.throttled
 
 
 def test_recovery_says_which_fault_it_cleared():
-    report = recovered(FAULT, 3.0)
+    report = recovered(FAULT, 3.0, "cleared the table")
     assert json.dumps(report.event) == json.dumps(
-        {"event": "recovered", "fault": FAULT, "stamp": 3.0}
+        {"event": "recovered", "fault": FAULT, "reason": "cleared the table", "stamp": 3.0}
     )
-    assert report.log == f"recovered from {FAULT}; accepting commands again"
+    assert report.log == (
+        f"recovered from {FAULT}; the first command must start at the measured pose"
+    )
     nothing = recovered(None, 3.5)
     assert nothing.event["fault"] is None
     assert nothing.log == "recovery requested: no fault latched"
+
+
+def test_a_refused_recovery_says_why_and_keeps_the_operators_reason():
+    report = refused_recovery("rogue_publisher: /rogue still publishing", "retry", 4.0)
+    assert report.event == {
+        "event": "recovery_refused", "why": "rogue_publisher: /rogue still publishing",
+        "reason": "retry", "stamp": 4.0,
+    }  # fmt: skip
+    assert report.log == "recovery refused: rogue_publisher: /rogue still publishing"

@@ -3,9 +3,12 @@
 
 - A command rejected while no fault is latched: a "rejected" event; the arm holds.
 - The command that tripped the reflex: a "reflex" event naming the fault; the arm holds until
-  recovery (std_msgs/Empty on /vla/driver/recover).
+  the operator recovers it (std_srvs/Trigger on /vla/driver/recover, with a reason stated on
+  /vla/operator/reason: `vla-runtime recover --reason TEXT`). Nothing recovers on its own.
 - A command refused while the fault is latched: again a "reflex" event naming the fault, its
   log line throttled, so that a stream of refused commands does not flood the log.
+- A recovery: a "recovered" event with the operator's reason; a refused one (the fault's cause
+  is still there): a "recovery_refused" event.
 """
 
 from __future__ import annotations
@@ -32,20 +35,29 @@ def refused_command(topic: str, reason: str, fault: str | None, stamp: float) ->
     if reason == fault:  # this command tripped the reflex
         return Report(
             event,
-            f"reflex on {topic}: {reason}; holding until recovery "
-            f"(std_msgs/Empty on {topics.DRIVER_RECOVER})",
+            f"reflex on {topic}: {reason}; holding until an operator recovery "
+            f"(std_srvs/Trigger {topics.DRIVER_RECOVER} with a reason)",
         )
     return Report(
         event,
-        f"refused command on {topic}: {fault} is latched; recover on {topics.DRIVER_RECOVER}",
+        f"refused command on {topic}: {fault} is latched; an operator recovers it with "
+        f"{topics.DRIVER_RECOVER}",
         throttled=True,
     )
 
 
-def recovered(fault: str | None, stamp: float) -> Report:
-    """The report of a recovery request that cleared `fault` (None: none was latched)."""
+def recovered(fault: str | None, stamp: float, reason: str = "") -> Report:
+    """The report of an operator's recovery (for `reason`) that cleared `fault` (None: none was
+    latched)."""
     if fault is None:
         log = "recovery requested: no fault latched"
     else:
-        log = f"recovered from {fault}; accepting commands again"
-    return Report({"event": "recovered", "fault": fault, "stamp": stamp}, log)
+        log = f"recovered from {fault}; the first command must start at the measured pose"
+    event = {"event": "recovered", "fault": fault, "reason": reason, "stamp": stamp}
+    return Report(event, log)
+
+
+def refused_recovery(why: str, reason: str, stamp: float) -> Report:
+    """The report of an operator's recovery (for `reason`) refused because of `why`."""
+    event = {"event": "recovery_refused", "why": why, "reason": reason, "stamp": stamp}
+    return Report(event, f"recovery refused: {why}")

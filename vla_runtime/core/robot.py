@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from vla_runtime.core.paths import config_dir
+from vla_runtime.core.safety.joint_velocity_limits import check_model
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class RobotConfig:
     jerk: tuple[float, ...]
     position_margin: float = 0.0
     tcp_speed: float | None = None
+    # Position-dependent joint velocity limit model (core.safety.joint_velocity_limits), or None
+    # where the flat `velocity` is all the manufacturer publishes.
+    velocity_limits: str | None = None
     gripper_joints: tuple[str, ...] = ()
     gripper_max_width: float = 0.0
     gripper_max_speed: float = 0.0
@@ -79,6 +83,15 @@ def _floats(values, what: str, n: int) -> tuple[float, ...]:
     return out
 
 
+def _velocity_model(model, n: int) -> str | None:
+    if model is None:
+        return None
+    check_model(str(model))
+    if n != 7:
+        raise ValueError(f"velocity_limits {model!r} describes 7 joints, the robot has {n}")
+    return str(model)
+
+
 def load_robot(name: str, joint_prefix: str = "") -> RobotConfig:
     """Read config/robots/<name>.yaml, its joint and gripper joint names prefixed with
     `joint_prefix` (the names on ROS); raises FileNotFoundError / ValueError with the reason."""
@@ -103,6 +116,7 @@ def load_robot(name: str, joint_prefix: str = "") -> RobotConfig:
         jerk=_floats(limits["jerk"], "jerk", n),
         position_margin=float(limits.get("position_margin", 0.0)),
         tcp_speed=float(limits["tcp_speed"]) if "tcp_speed" in limits else None,
+        velocity_limits=_velocity_model(raw.get("velocity_limits"), n),
         gripper_joints=prefixed(gripper.get("joints", ()), joint_prefix),
         gripper_max_width=float(gripper.get("max_width", 0.0)),
         gripper_max_speed=float(gripper.get("max_speed", 0.0)),

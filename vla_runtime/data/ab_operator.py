@@ -2,8 +2,9 @@
 
 The stack of the arm under test runs as `vla-runtime launch` starts it; an observer node holds
 the arm between episodes with the software e-stop latch (the gate holds the measured position),
-and at `s` releases it and announces the episode on /vla/episode, so the engine, safety and
-streamer start again from the measured state. `y` / `n` end the episode (time to success is the
+and at `s` releases it through the operator's reset service (the reason: "operator episode N
+released") and announces the episode on /vla/episode, so the engine, safety and streamer start
+again from the measured state. `y` / `n` end the episode (time to success is the
 time to `y`), `a` aborts it; the figures of each episode (verdicts, engine latency, streamer
 counts) are taken from what the stack reported between its start and its end, as in simulation.
 While an episode runs, a status line each second shows what the stack is doing.
@@ -17,14 +18,17 @@ import select
 import sys
 import time
 
-from std_msgs.msg import Bool, Empty, String
+from std_msgs.msg import Bool, String
+from std_srvs.srv import Trigger
 
 from vla_runtime.core import topics
 from vla_runtime.core.operator_episodes import RUNNING, OperatorEpisodes
 from vla_runtime.data import stack_eval
+from vla_runtime.ros.operator_recover import call_with_reason
 from vla_runtime.ros.qos import latched as latched_qos
 
 STATUS_PERIOD_S = 1.0
+RELEASE_TIMEOUT_S = 30.0  # s for the safety node's reset service to answer
 
 
 class OperatorConsole:
@@ -67,7 +71,8 @@ class OperatorArm:
         self.console, self.label = console, label
         node = self.harness.node
         self._estop = node.create_publisher(Bool, topics.ESTOP, 10)
-        self._release = node.create_publisher(Empty, topics.ESTOP_RESET, 10)
+        self._reason = node.create_publisher(String, topics.OPERATOR_REASON, latched_qos(1))
+        self._reset = node.create_client(Trigger, topics.ESTOP_RESET)
         self._episode = node.create_publisher(String, topics.EPISODE, latched_qos(1))
         self.episodes_started = 0
         self.started_at: float | None = None  # stack time of the last episode's start
@@ -82,6 +87,24 @@ class OperatorArm:
 
     def hold(self) -> None:
         self._estop.publish(Bool(data=True))
+
+    def release(self, episode: int) -> None:
+        """Clear the hold through the safety node's reset service, which wants a reason."""
+        self._reason.publish(String(data=f"operator episode {episode} released"))
+        deadline = time.monotonic() + RELEASE_TIMEOUT_S
+
+        def spin_until(condition, until: float) -> bool:
+            what = f"an answer on {topics.ESTOP_RESET}"
+            self.harness.spin_until(
+                lambda: condition() or time.monotonic() >= until, RELEASE_TIMEOUT_S, what
+            )
+            return bool(condition())
+
+        if not spin_until(self._reset.service_is_ready, deadline):
+            raise stack_eval.StackStalled(f"no {topics.ESTOP_RESET} service: no safety node?")
+        ok, message = call_with_reason(self._reset, spin_until, deadline)
+        if not ok:
+            raise stack_eval.StackStalled(f"{topics.ESTOP_RESET} refused: {message}")
 
     def close(self) -> None:
         self.hold()
@@ -123,8 +146,8 @@ class OperatorArm:
         self.harness.forget_reports()
         t0, wall0 = self.now(), time.monotonic()
         self.started_at = t0
-        self._release.publish(Empty())
         self.episodes_started += 1
+        self.release(self.episodes_started)
         announcement = {"episode": self.episodes_started, "seed": seed, "task": task, "stamp": t0}
         self._episode.publish(String(data=json.dumps(announcement)))
         while operator.state == RUNNING:

@@ -9,10 +9,15 @@ A streaming thread samples the commanded motion `lookahead_s` ahead at `stream_r
 each target (position + velocity) to franky as an asynchronous JointMotion (core/franky_stream.py).
 franky re-plans from the robot's current commanded state with Ruckig inside libfranka's 1 kHz
 loop, within the robot's velocity/acceleration/jerk limits, so replacing the target never makes
-a discontinuity. libfranka errors are counted by kind, recovered (`recover_from_errors`) and the
-arm holds where it is. The gripper runs in its own thread (core/franka_hand.py): its calls block
-for up to a second, and core/gripper_intent.py decides when a width becomes one (the same policy
-as the franka_ros2 gripper bridge).
+a discontinuity. A libfranka error (a collision reflex, a limit violation, ...) is counted by
+kind, latched and reported as a "reflex" event naming the kind: the arm holds where it is and no
+target is sent until the operator recovers (std_srvs/Trigger on /vla/driver/recover with a
+reason), which calls `recover_from_errors` and re-arms from the measured pose: the first command
+must start there. Errors found at connection are latched the same way. Only the node named by
+`command_source` (the safety gate) commands the arm, on the `command_interface` topic and the
+gripper's (drivers/command_topics.py). The gripper runs in its own thread (core/franka_hand.py):
+its calls block for up to a second, and core/gripper_intent.py decides when a width becomes one
+(the same policy as the franka_ros2 gripper bridge).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from vla_runtime.drivers.command_topics import ArmGripperControllerParams, Comma
 from vla_runtime.ros.diagnostics import Diagnostics
 from vla_runtime.ros.messages import diagnostics_msg, joint_state_msg, to_time
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.runtime import run_node
 
@@ -90,6 +96,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         self._robot = None
         self._gripper = None
         self._reconnect = Reconnector()
+        self._fault: str | None = None  # the latched libfranka error kind, until recovery
         self._connect()
         q0 = self._measured()
         finger = robot.gripper_joints[0] if robot.gripper_joints else None
@@ -110,8 +117,9 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.DRIVER_STATS, 10)
         self.diagnostics = Diagnostics(self, self.robot_ip)
-        self._subscribe_commands(params.command_topics(robot))
-        self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
+        self._subscribe_commands(params.command_topics(robot), params, self._measured)
+        self.arbiter.subscribe("gripper", Float64MultiArray, self._on_gripper)
+        reasoned_trigger(self, topics.DRIVER_RECOVER, self._recover)
         self.create_timer(1.0, self._publish_stats)
 
         self._running = True
@@ -125,7 +133,8 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         self.get_logger().info(
             f"franky driver for {robot.name} at {self.robot_ip}: streaming at "
             f"{self.config.stream_rate_hz:g} Hz, lookahead {self.config.lookahead_s * 1e3:g} ms; "
-            "commands on " + ", ".join(self._topics.values())
+            f"commands from {self.arbiter.source.source} on "
+            + ", ".join(self._topics[role] for role in self.arbiter.obeyed)
         )
 
     # -- connection --------------------------------------------------------------------------
@@ -138,8 +147,8 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         )
         self._robot = franky.Robot(self.robot_ip, realtime_config=config)
         self._robot.relative_dynamics_factor = self.config.relative_dynamics_factor
-        if self._robot.has_errors:
-            self._robot.recover_from_errors()
+        if self._robot.has_errors:  # left from before: the operator decides, as for any error
+            self._fault = "errors_at_connect"
         if self.use_gripper and self._gripper is None:
             self._gripper = franky.Gripper(self.robot_ip)
         self._reconnect.connected()
@@ -175,7 +184,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         if sample.tracking:
             self.stats.tracked(q, sample.desired)
         self._publish_state(now, q, dq)
-        if not send:
+        if not send or self._fault is not None or self.arbiter.fault is not None:
             return
         target = np.concatenate([sample.target, sample.target_velocity])
         if not self._targets.is_new(target):
@@ -190,17 +199,42 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         self._targets.sent(target)
 
     def _on_robot_error(self, exc: Exception) -> None:
-        kind = self.stats.libfranka_error(str(exc))
-        self.get_logger().error(f"libfranka error ({kind}): {exc}; recovering and holding")
-        self._event("libfranka_error", kind=kind, reason=str(exc))
+        if self._fault is None:
+            kind = self.stats.libfranka_error(str(exc))
+            self._fault = kind
+            self.get_logger().error(
+                f"libfranka error ({kind}): {exc}; holding until an operator recovery on "
+                f"{topics.DRIVER_RECOVER}"
+            )
+            self._event("reflex", fault=kind, reason=str(exc))
         try:
-            self._robot.recover_from_errors()
             self._hold(self._measured())
-            self._event("recovered")
         except Exception as again:  # the connection itself is gone: reconnect with back-off
-            self.get_logger().error(f"recovery failed ({again}); reconnecting")
+            self.get_logger().error(f"reading the state failed ({again}); reconnecting")
             self._robot = None
             self._reconnect.lost(time.monotonic())
+
+    def _recover(self, reason: str) -> tuple[bool, str]:
+        """The operator's recovery: clear libfranka's errors and the latched faults, hold the
+        measured pose and re-arm from it."""
+        refusal = self.arbiter.clear()
+        if refusal is None and self._robot is None:
+            refusal = f"not connected to {self.robot_ip} ({self._reconnect.state})"
+        if refusal is None:
+            try:
+                self._robot.recover_from_errors()
+                q = self._measured()
+            except Exception as exc:
+                refusal = f"recover_from_errors failed: {exc}"
+        if refusal is not None:
+            self._event("recovery_refused", why=refusal, reason=reason)
+            return False, f"recovery refused: {refusal}"
+        fault, self._fault = self._fault, None
+        self._targets.forget()
+        self._hold(q)
+        self.rearm.arm(q)
+        self._event("recovered", fault=fault, reason=reason)
+        return True, f"recovered from {fault}; the first command must start at the measured pose"
 
     def _measured(self) -> np.ndarray:
         return np.asarray(self._robot.current_joint_positions, dtype=float)
@@ -232,9 +266,11 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
 
     def _publish_stats(self) -> None:
         report = self.report()
-        ok = report["connection"] == "connected"
+        rogue = self.arbiter.fault
+        fault = self._fault or (rogue["fault"] if rogue is not None else None)
+        ok = report["connection"] == "connected" and fault is None
         level = DiagnosticStatus.OK if ok else DiagnosticStatus.ERROR
-        values = {"libfranka_errors": report["libfranka_errors"]}
+        values = {"libfranka_errors": report["libfranka_errors"], "fault": fault or "none"}
         stamp = self.get_clock().now().to_msg()
         name, message = f"{self.get_name()}: franky", json.dumps(report)
         self._stats_pub.publish(diagnostics_msg(name, level, message, values, stamp, self.robot_ip))

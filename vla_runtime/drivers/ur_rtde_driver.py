@@ -8,9 +8,13 @@ UR joint names, `/speed_scaling_state_broadcaster/speed_scaling` (percent, like 
 
 A control thread runs ur_rtde's initPeriod/servoJ/waitPeriod loop at 500 Hz (e-Series), each
 cycle sending the commanded position for now; servoJ's lookahead and gain smooth it. Protective
-and emergency stops are detected from the RTDE safety status bits: the driver stops servoing,
-holds the measured position and resumes (re-uploading its control script) once the operator has
-cleared the stop. A lost connection is re-established with exponential back-off.
+and emergency stops are detected from the RTDE safety status bits: the driver stops servoing and
+holds the measured position, reported as a "reflex" event naming the stop. A stop cleared on the
+pendant resumes nothing: motion resumes only through the operator's recovery (std_srvs/Trigger
+on /vla/driver/recover with a reason), which re-uploads the control script and re-arms from the
+measured pose (core/command_source.py `StopLatch`, `Rearm`). Only the node named by
+`command_source` (the safety gate) commands the arm, on the `command_interface` topic. A lost
+connection is re-established with exponential back-off.
 
 UNTESTED HERE: everything that talks to a UR controller (no UR simulator is available on the
 development hosts; URSim is a Docker image). The pure parts (command conversion, servoJ
@@ -30,15 +34,17 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64
 
 from vla_runtime.core import topics
+from vla_runtime.core.command_source import StopLatch
 from vla_runtime.core.direct_driver import ArmCommand, Reconnector
 from vla_runtime.core.rates import STATE_RATE_HZ
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UR_SPEED_SCALING_TOPIC
-from vla_runtime.core.ur_servo import ServoParams, StopMonitor
+from vla_runtime.core.ur_servo import ServoParams
 from vla_runtime.drivers.command_topics import ArmControllerParams, CommandTopics
 from vla_runtime.ros.diagnostics import ERROR, OK, Diagnostics
 from vla_runtime.ros.messages import joint_state_msg
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import declare, joint_prefix_param, param
 from vla_runtime.ros.runtime import run_node
 
@@ -87,12 +93,14 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
         q0 = self._measured()
         self._lock = threading.Lock()
         self.command = ArmCommand(robot.joints, robot.position_min, robot.position_max, q0)
-        self.stops = StopMonitor()
+        self.stops = StopLatch()
+        self._rtde_lock = threading.Lock()  # one control cycle or one recovery at a time
         self.reconnect = Reconnector()
 
         self._state_pub = self.create_publisher(JointState, topics.JOINT_STATES, 10)
         self._scaling_pub = self.create_publisher(Float64, UR_SPEED_SCALING_TOPIC, 10)
-        self._subscribe_commands(params.command_topics(robot))
+        self._subscribe_commands(params.command_topics(robot), params, self._measured)
+        reasoned_trigger(self, topics.DRIVER_RECOVER, self._recover)
         self.diagnostics = Diagnostics(self, self.robot_ip)
         self.diagnostics.add_check("arm", self._arm_health)
         self._running = True
@@ -100,17 +108,22 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
         self._thread.start()
         self.get_logger().info(
             f"ur_rtde driver at {self.robot_ip}: servoJ {self.servo.rate_hz:g} Hz, lookahead "
-            f"{self.servo.lookahead_s:g} s, gain {self.servo.gain:g}; commands on "
-            + ", ".join(self._topics.values())
+            f"{self.servo.lookahead_s:g} s, gain {self.servo.gain:g}; commands from "
+            f"{self.arbiter.source.source} on " + self._topics[self.arbiter.obeyed[0]]
         )
 
     def _arm_health(self):
         """ERROR while the RTDE link is down or a protective / emergency stop holds the arm."""
-        values = {"connection": self.reconnect.state, "stop": self.stops.stopped or "none"}
+        values = {"connection": self.reconnect.state, "stop": self.stops.latched or "none"}
         if self.reconnect.state != "connected":
             return ERROR, f"RTDE {self.reconnect.state}", values
-        if self.stops.stopped is not None:
-            return ERROR, f"{self.stops.stopped}: clear it on the pendant", values
+        if self.stops.latched is not None:
+            return ERROR, (
+                f"{self.stops.latched}: clear it on the pendant, then recover with "
+                f"{topics.DRIVER_RECOVER}"
+            ), values  # fmt: skip
+        if self.arbiter.fault is not None:
+            return ERROR, f"rogue_publisher: recover with {topics.DRIVER_RECOVER}", values
         return OK, "servoing", values
 
     # -- control thread ----------------------------------------------------------------------
@@ -122,17 +135,18 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
                 time.sleep(0.05)
                 continue
             try:
-                start = self._control.initPeriod()
-                q = np.array(self._receive.getActualQ(), dtype=float)
-                change = self.stops.update(int(self._receive.getSafetyStatusBits()))
-                if change is not None:
-                    self._on_stop_change(change, q)
-                if self.stops.stopped is None:
-                    with self._lock:
-                        target, _ = self.command.sample(self.now_s())
-                    self._control.servoJ(*self.servo.servo_args(target))
-                if tick % self._state_every == 0:
-                    self._publish_state(q)
+                with self._rtde_lock:
+                    start = self._control.initPeriod()
+                    q = np.array(self._receive.getActualQ(), dtype=float)
+                    change = self.stops.update(int(self._receive.getSafetyStatusBits()))
+                    if change is not None:
+                        self._on_stop_change(change, q)
+                    if self.stops.may_move and self.arbiter.fault is None:
+                        with self._lock:
+                            target, _ = self.command.sample(self.now_s())
+                        self._control.servoJ(*self.servo.servo_args(target))
+                    if tick % self._state_every == 0:
+                        self._publish_state(q)
                 tick += 1
                 self._control.waitPeriod(start)
             except Exception as exc:  # RTDE raises when the connection drops
@@ -145,11 +159,41 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
         self._hold(q)
         if what == "stopped":
             self._control.servoStop()
-            self.get_logger().error(f"robot {reason}: servoing stopped, holding")
+            self.get_logger().error(
+                f"robot {reason}: servoing stopped, holding until an operator recovery on "
+                f"{topics.DRIVER_RECOVER}"
+            )
+            self._event("reflex", fault=reason, reason=f"robot {reason}")
         else:
-            self._control.reuploadScript()  # a stop ends the control script on the robot
-            self.get_logger().info(f"{reason} cleared: servoing resumes from the current pose")
-        self._event(what, reason=reason)
+            self.get_logger().warning(
+                f"{reason} cleared: still holding until an operator recovery on "
+                f"{topics.DRIVER_RECOVER}"
+            )
+            self._event("stop_cleared", fault=reason)
+
+    def _recover(self, reason: str) -> tuple[bool, str]:
+        """The operator's recovery after a stop has cleared (or a rogue publisher left):
+        re-upload the control script (a stop ends it) and re-arm from the measured pose."""
+        refusal = self.arbiter.clear()
+        with self._rtde_lock:
+            if refusal is None and self.stops.monitor.stopped is not None:
+                refusal = self.stops.recover()  # the stop is still active: says so
+            if refusal is None and self.reconnect.state != "connected":
+                refusal = f"RTDE {self.reconnect.state}"
+            if refusal is None:
+                try:
+                    self._control.reuploadScript()
+                    q = self._measured()
+                except Exception as exc:
+                    refusal = f"re-uploading the control script failed: {exc}"
+            if refusal is not None:
+                self._event("recovery_refused", why=refusal, reason=reason)
+                return False, f"recovery refused: {refusal}"
+            self._hold(q)
+            self.rearm.arm(q)
+            self.stops.recover()
+        self._event("recovered", reason=reason)
+        return True, "recovered; the first command must start at the measured pose"
 
     def _try_reconnect(self) -> None:
         if self.reconnect.state == "failed" or not self.reconnect.should_try(time.monotonic()):

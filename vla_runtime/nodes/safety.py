@@ -8,13 +8,19 @@
   (`command_interface`: "forward_position" = /<forward controller>/commands, or "trajectory" =
   a one-point JointTrajectory per tick on /<trajectory controller>/joint_trajectory, the way
   MoveIt Servo streams to a JointTrajectoryController; UR's scaled controller then also applies
-  the pendant's speed scaling) and gripper commands. /vla/estop (Bool true) latches; only
-  /vla/estop/reset (Empty) or setting the parameter estop_reset clears it.
+  the pendant's speed scaling) and gripper commands.
+- Latches: /vla/estop (Bool true) and a driver's reflex or protective stop (a "reflex" event on
+  /vla/driver/events) latch the gate; only the operator clears it, through the Trigger service
+  /vla/estop/reset with a reason on /vla/operator/reason (`vla-runtime recover`), and the gate
+  then re-arms from the measured state. The latch is kept in a file (`latch_file`,
+  core/safety/latch_store.py), so a restarted node starts latched, and published on
+  /vla/estop/state (Bool, transient local) whenever it changes.
 A non-rated software layer: the robot's own safety controller and e-stop stay the last line.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import threading
@@ -22,19 +28,20 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool, Empty, Float64MultiArray, String
+from std_msgs.msg import Bool, Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.kinematics import chain_for
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety import latch_store
 from vla_runtime.core.safety.chunk_check import ChunkCheckConfig, ChunkChecker
 from vla_runtime.core.safety.chunk_pipeline import ChunkPipeline
-from vla_runtime.core.safety.gate import ESTOP, STOPPING, CommandGate, GateConfig, TickPacer
+from vla_runtime.core.safety.command_geometry import CommandGeometry
+from vla_runtime.core.safety.gate import STOPPING, CommandGate, GateConfig, TickPacer
 from vla_runtime.core.safety.workspace import (
     WORKSPACE_MAX,
     WORKSPACE_MIN,
@@ -54,6 +61,7 @@ from vla_runtime.ros.messages import (
     to_seconds,
 )
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.qos import LATCHED, SCENE_STATE
 from vla_runtime.ros.runtime import run_node
@@ -88,7 +96,9 @@ class SafetyParams:
     consequence: str = param("auto (rollout when the sim scene is published) or off", "auto")
     max_contact_force: float = param("N, rollout contact of the robot with an object",
                                      ConsequenceConfig.max_contact_force)  # fmt: skip
-    estop_reset: bool = param("set true to clear a latched e-stop", False)
+    latch_file: str = param("the latch's file: empty = the default (per robot on a real arm, "
+                            "per run in simulation; core/safety/latch_store.py), none = memory "
+                            "only", latch_store.AUTO)  # fmt: skip
     command_interface: str = param("forward_position or trajectory", "forward_position")
     trajectory_lookahead: float = param("gate periods to each trajectory point (1-25)", 3.0)
 
@@ -101,7 +111,10 @@ class SafetyNode(RuntimeNode):
         # The sim scene names the joints as the description does, without the prefix.
         self._scene_robot = load_robot(params.robot)
         rate = params.control_rate_hz
-        gate_config = build(GateConfig, params, control_period_s=1.0 / rate)
+        # A forward position controller applies each output as it arrives: step by elapsed time.
+        by_elapsed_time = params.command_interface == "forward_position"
+        gate_config = build(GateConfig, params, control_period_s=1.0 / rate,
+                            step_by_elapsed_time=by_elapsed_time)  # fmt: skip
         keep_out = keep_out_boxes(params.keep_out_boxes)
         workspace = box_planes(params.workspace_min, params.workspace_max)
         self.workcell = build(Workcell, params, workspace=workspace, keep_out=keep_out)
@@ -112,7 +125,12 @@ class SafetyNode(RuntimeNode):
 
         self.checker = ChunkChecker(self.robot, chain_for(self.robot.name), check_config)
         self.chunks = ChunkPipeline(self.checker, chunk_from_msg, self.now_s)
-        self.gate = CommandGate(self.robot, gate_config)
+        geometry = CommandGeometry.from_robot(self.robot, self.workcell, tcp_speed)
+        latched = self._load_latch(params.latch_file, params.joint_prefix)
+        self._latched = latched.kind if latched else None  # as recorded and published
+        self._reset_at = -math.inf  # node time of the last operator reset
+        self.gate = CommandGate(self.robot, gate_config, geometry=geometry,
+                                latched=latched.kind if latched else None)  # fmt: skip
         self._gripper_joint = self.checker.gripper_joint
 
         controllers = self.robot.controllers
@@ -138,6 +156,8 @@ class SafetyNode(RuntimeNode):
             self._gripper_pub = self.create_publisher(Float64MultiArray, gripper_topic, 10)
         self._checked_pub = self.create_publisher(JointTrajectory, topics.CHECKED_CHUNK, 10)
         self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
+        self._latch_pub = self.create_publisher(Bool, topics.ESTOP_STATE, LATCHED)
+        self._latch_pub.publish(Bool(data=latched is not None))
         sub = self.create_subscription
         # Deep enough that a burst of chunks is superseded (and reported), not lost in DDS.
         self.create_bounded_subscription(JointTrajectory, topics.ACTION_CHUNK, self._on_chunk, 100,
@@ -146,12 +166,12 @@ class SafetyNode(RuntimeNode):
         # Best effort matches reliable and best-effort publishers (franka_ros2's broadcasters).
         sub(JointState, self.robot.state_topic, self._on_state, qos_profile_sensor_data)
         sub(Bool, topics.ESTOP, self._on_estop, 10)
-        sub(Empty, topics.ESTOP_RESET, self._on_reset, 10)
+        sub(String, topics.DRIVER_EVENTS, self._on_driver_event, 100)
+        reasoned_trigger(self, topics.ESTOP_RESET, self._reset)
         sub(String, topics.EPISODE, self._on_episode, LATCHED)
         if self.consequence_mode != "off":
             sub(String, topics.SIM_SCENE_XML, self._on_scene_xml, LATCHED)
             sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene_state, SCENE_STATE)
-        self.add_on_set_parameters_callback(self._on_parameters)
 
         self._pacer = TickPacer(gate_config.control_period_s)
         # The gate ticks in the executor thread while the check worker computes: at the
@@ -176,7 +196,9 @@ class SafetyNode(RuntimeNode):
             return
         stamp = to_seconds(msg.header.stamp)
         if self.chunks.joint_state(*values, stamp):
-            self.gate.update_state(values[0], stamp)
+            # The receive time bounds the stamp's age both ways: a future stamp must not keep
+            # the watchdog from ever seeing the state go stale.
+            self.gate.update_state(values[0], stamp, now=self.now_s())
 
     def _on_command(self, msg: JointState) -> None:
         now = self.now_s()
@@ -186,10 +208,45 @@ class SafetyNode(RuntimeNode):
 
     def _on_estop(self, msg: Bool) -> None:
         if msg.data:
-            self.gate.estop(self.now_s())
+            now = self.now_s()
+            self.gate.estop(now)
+            self._sync_latch(now, f"e-stop on {topics.ESTOP}")
 
-    def _on_reset(self, _msg: Empty) -> None:
-        self.gate.reset(self.now_s())
+    def _on_driver_event(self, msg: String) -> None:
+        """A driver's latched fault (reflex, protective stop, a rogue command publisher) stops
+        the gate too: a driver recovered later must not find the gate far along the plan."""
+        try:
+            event = json.loads(msg.data)
+        except ValueError:
+            return
+        if not isinstance(event, dict) or event.get("event") != "reflex" or not event.get("fault"):
+            return
+        stamp = event.get("stamp")
+        # Reported before the last reset (in flight while the operator recovered): past.
+        if isinstance(stamp, (int, float)) and stamp < self._reset_at:
+            return
+        now = self.now_s()
+        fault = str(event["fault"])[:200]
+        was = self.gate.latched
+        self.gate.fault(now, f"driver {fault}")
+        if self.gate.latched != was:
+            detail = str(event.get("reason") or event.get("topic") or "")[:200]
+            self._publish_events([{"event": "driver_fault", "stamp": now, "fault": fault,
+                                   "reason": detail, "mode": self.gate.mode}])  # fmt: skip
+            self._sync_latch(now, f"driver reported {fault}" + (f": {detail}" if detail else ""))
+
+    def _reset(self, reason: str) -> tuple[bool, str]:
+        """The reset service's action (a call with a fresh operator reason)."""
+        now = self.now_s()
+        latched = self.gate.latched
+        if latched is None:
+            return True, "nothing latched"
+        self.gate.reset(now)
+        self._reset_at = now
+        self._sync_latch(now, f"reset by the operator: {reason}")
+        self._publish_events([{"event": "operator_reset", "stamp": now, "cleared": latched,
+                               "reason": reason}])  # fmt: skip
+        return True, f"cleared {latched}; the gate re-arms from the measured state"
 
     def _on_episode(self, msg: String) -> None:
         start = topics.episode_start(msg.data)
@@ -199,12 +256,6 @@ class SafetyNode(RuntimeNode):
         reports = self.chunks.new_episode(start)
         self.gate.new_episode(self.now_s())
         self._publish_events(reports, "chunk_check")
-
-    def _on_parameters(self, params) -> SetParametersResult:
-        for p in params:
-            if p.name == "estop_reset" and p.value:
-                self.gate.reset(self.now_s())
-        return SetParametersResult(successful=True)
 
     def _on_scene_xml(self, msg: String) -> None:
         try:
@@ -231,6 +282,8 @@ class SafetyNode(RuntimeNode):
         if not self._pacer.due(time.monotonic(), now):  # a burst of late ticks
             return
         out = self.gate.tick(now)
+        if self.gate.latched != self._latched:  # the gate's own faults (divergence)
+            self._sync_latch(now, _latch_reason(self.gate.latched, out.events))
         if out.arm is not None:
             # More than one period: a controller that takes two one-point trajectories back to
             # back (a late callback) would otherwise cover two periods of motion in one.
@@ -243,6 +296,37 @@ class SafetyNode(RuntimeNode):
         if out.events:
             self._publish_events(out.events, source="gate")
 
+    # -- the latch ---------------------------------------------------------------------------
+    def _load_latch(self, setting: str, joint_prefix: str) -> latch_store.LatchRecord | None:
+        simulated = bool(self.get_parameter("use_sim_time").value)
+        path, where = latch_store.latch_path(setting, self.robot.name, joint_prefix, simulated)
+        if simulated and not setting.strip():
+            latch_store.remove_ended_runs(latch_store.sim_folder())
+        record, found = latch_store.load(path, self.robot.name)
+        self.latch_path = path
+        log = self.get_logger()
+        (log.warning if record else log.info)(f"{where}: {path}; {found}")
+        if record:
+            log.warning(f"the gate starts latched; clear it with `vla-runtime recover --reason "
+                        f"TEXT` (Trigger {topics.ESTOP_RESET})")  # fmt: skip
+        return record
+
+    def _sync_latch(self, now: float, reason: str) -> None:
+        """Record and publish the gate's latch if it changed."""
+        kind = self.gate.latched
+        if kind == self._latched:
+            return
+        self._latched = kind
+        record = latch_store.LatchRecord(kind, reason, now, self.robot.name)
+        try:  # saved before it is announced: a reader of the state finds the file current
+            latch_store.save(self.latch_path, record)
+        except OSError as exc:
+            # The gate keeps the latch in memory; a restart would forget it.
+            line = f"latch not saved to {self.latch_path}: {exc}"
+            self.get_logger().error(line)
+            self._publish_events([{"event": "latch_not_saved", "stamp": now, "reason": line}])
+        self._latch_pub.publish(Bool(data=kind is not None))
+
     def _publish_events(self, events: list[dict], source: str = "gate") -> None:
         for event in events:
             self._events[str(event.get("verdict") or event.get("event"))] += 1
@@ -251,8 +335,10 @@ class SafetyNode(RuntimeNode):
     def _gate_health(self):
         mode, counts = self.gate.mode, dict(self._events)
         values = {"mode": mode, **counts}
-        if mode == ESTOP:
-            return ERROR, f"e-stop latched: reset with {topics.ESTOP_RESET}", values
+        if self.gate.latched is not None:
+            values["latched"] = self.gate.latched
+            return ERROR, (f"{self.gate.latched} latched: vla-runtime recover --reason TEXT "
+                           f"(Trigger {topics.ESTOP_RESET})"), values  # fmt: skip
         if mode == STOPPING:
             return WARN, "stopping: commands timed out or a stop was asked", values
         return OK, f"gate {mode}", values
@@ -276,6 +362,15 @@ class SafetyNode(RuntimeNode):
     def close(self) -> None:
         self.chunks.close()
         self._worker.join(timeout=5.0)
+
+
+def _latch_reason(kind: str | None, events: list[dict]) -> str:
+    """Why the gate latched `kind` by itself: its fault event's numbers."""
+    cause = next((e for e in events if e.get("event") == "fault" and e.get("fault") == kind), {})
+    shown = {k: v for k, v in cause.items() if k not in ("event", "stamp", "mode", "fault")}
+    numbers = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in shown.items())  # fmt: skip
+    return f"gate {kind}" + (f": {numbers}" if numbers else "")
 
 
 def main(argv: list[str] | None = None) -> int:

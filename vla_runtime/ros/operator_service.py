@@ -34,8 +34,11 @@ def reasoned_trigger(node, service: str, action: Callable[[str], tuple[bool, str
             node.get_logger().warning(response.message)
             return response
         response.success, response.message = action(text)
-        log = node.get_logger().info if response.success else node.get_logger().warning
-        log(f"{service} ({text}): {response.message}")
+        # rclpy pins one severity per logging call site: one call per severity.
+        if response.success:
+            node.get_logger().info(f"{service} ({text}): {response.message}")
+        else:
+            node.get_logger().warning(f"{service} ({text}): {response.message}")
         return response
 
     return node.create_service(Trigger, service, on_call)

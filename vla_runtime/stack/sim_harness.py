@@ -38,6 +38,7 @@ STEP_TIMEOUT_S = 20.0
 # Lock-step: waited this long for a state or frame, ask for it again (it travels best effort).
 REPUBLISH_S = 1.0
 EPS = 1e-4  # s: stamps on the 1 ms physics grid compare within this
+CLIENT_NODE = "vla_collector"  # the harness's own node
 
 
 def sim_stack(
@@ -58,9 +59,14 @@ def sim_stack(
         if lockstep
         else {"camera_fps": period_hz}
     )
+    # Without the safety node the harness commands the driver itself, on the trajectory
+    # interface: the driver obeys only the publisher it is told to.
+    source = {} if "safety" in nodes else {
+        "command_source": f"/{CLIENT_NODE}", "command_interface": "trajectory",
+    }  # fmt: skip
     stack = resolve_stack("sim", {
         "task": task, "lockstep": lockstep, "image_size": image_size, **timing,
-        "policy": bool(nodes), **(arguments or {}),
+        "policy": bool(nodes), **source, **(arguments or {}),
     })  # fmt: skip
     kept = [
         n for n in stack.nodes
@@ -90,9 +96,7 @@ class SimStack:
         try:
             for spec in self.stack.nodes:
                 self.processes.start(spec)
-            self.context, self.node, self.executor = private_node(
-                "vla_collector", self.claim.domain_id
-            )
+            self.context, self.node, self.executor = private_node(CLIENT_NODE, self.claim.domain_id)
         except BaseException:
             self.close()
             raise

@@ -4,6 +4,7 @@ when the arm came to rest, and whether every chunk got a verdict. Pure logic, no
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,23 +21,82 @@ class CommandAudit:
     reasons: dict  # limit -> number of commands breaking it
     worst_ratio: dict  # limit -> largest |value| / limit seen
     unsafe_indices: tuple[int, ...] = ()
+    limits: str = ""  # the table judged against
+
+
+@dataclass(frozen=True)
+class JointLimitTable:
+    """What a command sequence is judged against: the position range, the velocity limits at a
+    position (`velocity_bounds(q) -> (lower <= 0, upper >= 0)`, both shaped like q) and the
+    acceleration and jerk limits (inf: not checked)."""
+
+    name: str
+    lower: np.ndarray
+    upper: np.ndarray
+    velocity_bounds: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    acceleration: np.ndarray
+    jerk: np.ndarray
+
+    @classmethod
+    def from_robot(cls, robot: RobotConfig) -> JointLimitTable:
+        """The gate's own table: config/robots/<robot>.yaml, positions less the margin, flat
+        velocity limits."""
+        velocity = np.asarray(robot.velocity, dtype=float)
+
+        def flat(q):
+            cap = np.broadcast_to(velocity, np.shape(q))
+            return -cap, cap.copy()
+
+        return cls(
+            name=f"config/robots/{robot.name}.yaml",
+            lower=np.asarray(robot.position_min) + robot.position_margin,
+            upper=np.asarray(robot.position_max) - robot.position_margin,
+            velocity_bounds=flat,
+            acceleration=np.asarray(robot.acceleration, dtype=float),
+            jerk=np.asarray(robot.jerk, dtype=float),
+        )
+
+    def joint_table(self) -> JointLimitTable:
+        return self
+
+
+def velocity_ratio(velocity: np.ndarray, at: np.ndarray, table: JointLimitTable) -> np.ndarray:
+    """|velocity| over the limit in its direction at positions `at` (inf where the limit is 0
+    and the joint moves that way)."""
+    lower, upper = table.velocity_bounds(at)
+    limit = np.where(velocity >= 0.0, upper, -lower)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.abs(velocity) / limit
+    return np.where(velocity == 0.0, 0.0, ratio)
 
 
 def audit_commands(
     positions,
-    robot: RobotConfig,
+    robot: RobotConfig | None,
     period: float,
     segment_starts=(),
     gaps_s=(),
+    limits=None,
 ) -> CommandAudit:
     """Check a sequence of arm position commands, one per control period, by finite differences:
-    finite, the right size, inside the position limits less the margin, and velocity,
-    acceleration and jerk within the robot's limits.
+    finite, the right size, inside the position limits, and velocity, acceleration and jerk
+    within the limits.
+
+    `limits`: the table to judge against, anything with `joint_table()` (a `JointLimitTable`,
+    or the manufacturers' published table, core/safety/manufacturer_limits.py); None: the
+    robot's own (config/robots/<robot>.yaml, positions less the margin). A velocity is judged
+    against the limits at the command it starts from (libfranka evaluates its
+    position-dependent limits at the last commanded position).
 
     `segment_starts` are indices where a new gate took over (a restarted safety node): the
     arm held still for `gaps_s[i]` seconds before, so only the position change across the gap,
     over that time, is checked there (derivatives restart from rest)."""
-    dof = robot.dof
+    if limits is None and robot is None:
+        raise ValueError("audit_commands needs a robot or a limits table")
+    table = JointLimitTable.from_robot(robot) if limits is None else limits.joint_table()
+    dof = len(table.lower)
+    if robot is not None and robot.dof != dof:
+        raise ValueError(f"{table.name} has {dof} joints, robot {robot.name} {robot.dof}")
     rows = [np.asarray(p, dtype=float) for p in positions]
     reasons: Counter = Counter()
     bad = np.zeros(len(rows), dtype=bool)
@@ -44,26 +104,26 @@ def audit_commands(
     reasons["malformed"] = int((~shaped).sum())
     bad |= ~shaped
     worst = {}
+
+    def result() -> CommandAudit:
+        return CommandAudit(len(rows), int(bad.sum()), dict(+reasons), worst, _indices(bad),
+                            table.name)  # fmt: skip
+
     if not shaped.any():
-        return CommandAudit(len(rows), int(bad.sum()), dict(+reasons), worst, _indices(bad))
+        return result()
     q = np.array([r if ok else np.full(dof, np.nan) for r, ok in zip(rows, shaped, strict=True)])
-    lower = np.asarray(robot.position_min) + robot.position_margin
-    upper = np.asarray(robot.position_max) - robot.position_margin
     with np.errstate(invalid="ignore"):
-        outside = ((q < lower - 1e-9) | (q > upper + 1e-9)).any(axis=1)
+        outside = ((q < table.lower - 1e-9) | (q > table.upper + 1e-9)).any(axis=1)
     reasons["position"] = int(outside.sum())
     bad |= outside
-    limits = {
-        "velocity": np.asarray(robot.velocity),
-        "acceleration": np.asarray(robot.acceleration),
-        "jerk": np.asarray(robot.jerk),
-    }
+    limits_by_order = {"acceleration": table.acceleration, "jerk": table.jerk}
     starts = sorted({0, *segment_starts})
     bounds = [*starts[1:], len(rows)]
     for i, (start, end) in enumerate(zip(starts, bounds, strict=True)):
         if start > 0 and i - 1 < len(gaps_s):
-            step = np.abs(q[start] - q[start - 1]) / max(gaps_s[i - 1], period)
-            ratio = np.nanmax(step / limits["velocity"])
+            step = (q[start] - q[start - 1]) / max(gaps_s[i - 1], period)
+            with np.errstate(invalid="ignore"):
+                ratio = np.nanmax(velocity_ratio(step, q[start - 1], table))
             worst["velocity"] = max(worst.get("velocity", 0.0), float(ratio))
             if ratio > 1 + RELATIVE_TOLERANCE:
                 reasons["velocity"] += 1
@@ -73,7 +133,10 @@ def audit_commands(
             derivative = np.diff(derivative, axis=0) / period
             if len(derivative) == 0:
                 break
-            ratio = np.abs(derivative) / limits[name]
+            if name == "velocity":
+                ratio = velocity_ratio(derivative, q[start : end - 1], table)
+            else:
+                ratio = np.abs(derivative) / limits_by_order[name]
             with np.errstate(invalid="ignore"):
                 over = (ratio > 1 + RELATIVE_TOLERANCE).any(axis=1)
             if ratio.size and np.isfinite(ratio).any():
@@ -81,7 +144,7 @@ def audit_commands(
             reasons[name] += int(over.sum())
             # The command that completes an offending difference is the one blamed.
             bad[start + order : end] |= over
-    return CommandAudit(len(rows), int(bad.sum()), dict(+reasons), worst, _indices(bad))
+    return result()
 
 
 def _indices(mask: np.ndarray) -> tuple[int, ...]:

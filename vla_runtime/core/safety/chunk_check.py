@@ -4,8 +4,8 @@ The chunk follows the project convention (core/topics.py): `stamp` is the observ
 `times[k]` when action k applies relative to it, `positions[k]` one value per joint name (the
 arm joints plus, optionally, the gripper's finger joint in metres of one finger's opening).
 
-Clipping never invents motion: it slows the chunk down (scales its time axis after the first
-point, which divides velocity by s, acceleration by s^2 and jerk by s^3), truncates it before
+Clipping never invents motion: it slows the chunk down (scales its time axis from now on, which
+divides velocity by s, acceleration by s^2 and jerk by s^3), truncates it before
 the first point that leaves the allowed space, or clamps the gripper into its range.
 """
 
@@ -226,11 +226,34 @@ class ChunkChecker:
                 ),
                 {**numbers, "time_scale": scale},
             )
+        # Actions the arm has passed never run: those a re-timing put after now are dropped
+        # (the arm would turn back for them), the others stay as past points to interpolate from.
+        t_now = now - stamp
+        keep = (np.arange(len(times)) >= first) | (times <= t_now)
+        if not keep.all():
+            first -= int(np.count_nonzero(~keep))
+            times, positions, arm = times[keep], positions[keep], arm[keep]
+        if first > 0 and times[first] > t_now:
+            # The chunk stands between a passed action and the first live one at now: a knot
+            # there (on its path: no new motion) anchors the stretch below at now, so the part
+            # of that segment still to run is slowed like the rest. It is where what runs
+            # starts: check it against the measured state; failing that, or too close to a
+            # knot to add one, run only from the first live action (already found reachable).
+            here = np.array([np.interp(t_now, times, arm[:, j]) for j in range(arm.shape[1])])
+            jump, allowed = self._gap(here, state, now - state_stamp)
+            spaced = times[first - 1] + MIN_POINT_SPACING_S <= t_now
+            spaced &= t_now <= times[first] - MIN_POINT_SPACING_S
+            if (jump > allowed).any() or (scale > 1.0 and not spaced):
+                times, positions, first = times[first:], positions[first:], 0
+            elif scale > 1.0 and times[first - 1] < t_now:
+                row = np.array([np.interp(t_now, times, positions[:, j])
+                                for j in range(positions.shape[1])])  # fmt: skip
+                times = np.insert(times, first, t_now)
+                positions = np.insert(positions, first, row, axis=0)
         if scale > 1.0:
-            # Stretched from the first action to run, whose time the continuity check found
-            # reachable; the actions already past are left out.
-            times = times[first] + (times[first:] - times[first]) * scale
-            positions = positions[first:]
+            # Stretched from now: the past stays past (stretching from an earlier anchor would
+            # bring passed actions back into the future); the rest runs slower from now on.
+            times = np.where(times > t_now, t_now + (times - t_now) * scale, times)
             numbers["time_scale"] = scale
             reasons.append(f"slowed down {scale:.3f}x: " + _worst(ratios))
 

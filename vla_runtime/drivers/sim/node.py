@@ -14,10 +14,16 @@ With `joint_prefix` (franka_bringup's arm_prefix, ur_robot_driver's tf_prefix) t
 on ROS carry the prefix; the MuJoCo model keeps the description's own names, and the node maps
 between them here, refusing trajectories that name joints without the prefix.
 
+The driver obeys one arm command interface (`command_interface`) and one node
+(`command_source`, the safety gate; drivers/command_topics.py): a publisher of any other node on
+a command topic latches the fault "rogue_publisher" and the arm holds.
+
 Rejected commands go out as JSON events on /vla/driver/events. A command beyond the joint
 velocity / acceleration limits trips the simulator's reflex instead (see `sim.simulator`): the
-arm holds and every later command is refused until a std_msgs/Empty on /vla/driver/recover
-clears it; core/reflex_events.py says what each of these reports.
+arm holds and every later command is refused. Nothing clears a latched fault but the operator:
+a std_srvs/Trigger call on /vla/driver/recover with a reason (`vla-runtime recover`), after
+which the first arm command must start at the measured pose (a far one is refused);
+core/reflex_events.py says what each of these reports.
 """
 
 from __future__ import annotations
@@ -30,19 +36,25 @@ from dataclasses import dataclass
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Empty, Float64, Float64MultiArray, String, UInt32
+from std_msgs.msg import Float64, Float64MultiArray, String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.command_source import Rearm
 from vla_runtime.core.pacing import PhysicsLoop, StepGrid
 from vla_runtime.core.rates import STATE_RATE_HZ
-from vla_runtime.core.reflex_events import recovered, refused_command
+from vla_runtime.core.reflex_events import recovered, refused_command, refused_recovery
 from vla_runtime.core.robot import load_robot, prefixed, unprefixed
 from vla_runtime.core.speed_scaling import SpeedSlider, broadcast_topic
-from vla_runtime.drivers.command_topics import ArmGripperControllerParams
+from vla_runtime.drivers.command_topics import (
+    ArmGripperControllerParams,
+    CommandArbiter,
+    trajectory_start,
+)
 from vla_runtime.ros.diagnostics import ERROR, OK, Diagnostics
 from vla_runtime.ros.messages import to_time, trajectory_arguments
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import declare, joint_prefix_param, on_run_time_set, param
 from vla_runtime.ros.qos import LATCHED, SCENE_STATE_PUBLISHER
 from vla_runtime.ros.runtime import run_node
@@ -120,13 +132,18 @@ class SimDriverNode(RuntimeNode):
         self._scene_msg = Float64MultiArray()
 
         self._topics = params.command_topics(robot)
-        self.create_subscription(
-            JointTrajectory, self._topics["trajectory"], self._on_trajectory, 10
-        )
-        self.create_subscription(Float64MultiArray, self._topics["forward"], self._on_forward, 10)
-        self.create_subscription(Float64MultiArray, self._topics["gripper"], self._on_gripper, 10)
+        self.rearm = Rearm()
+        self.arbiter = CommandArbiter(
+            self, self._topics, params.command_interface, params.command_source,
+            self._publish_event, self._hold_for_rogue,
+        )  # fmt: skip
+        if "trajectory" in self.arbiter.obeyed:
+            self.arbiter.subscribe("trajectory", JointTrajectory, self._take_trajectory)
+        else:
+            self.arbiter.subscribe("forward", Float64MultiArray, self._take_forward)
+        self.arbiter.subscribe("gripper", Float64MultiArray, self._on_gripper)
         self.create_subscription(UInt32, topics.SIM_STEP, self._on_step_request, 10)
-        self.create_subscription(Empty, topics.DRIVER_RECOVER, self._on_recover, 10)
+        reasoned_trigger(self, topics.DRIVER_RECOVER, self._recover)
         on_run_time_set(self, self._set_at_run_time)
 
         self._publish_xml()
@@ -143,8 +160,9 @@ class SimDriverNode(RuntimeNode):
         mode = "lock-step" if params.lockstep else f"real-time factor {rtf:g}"
         self.get_logger().info(
             f"simulated {params.robot} ({params.n_cubes} cubes, seed {params.seed}), {mode}; "
-            "commands on " + ", ".join(self._topics.values())
-        )
+            "commands from " + self.arbiter.source.source + " on "
+            + ", ".join(self._topics[role] for role in self.arbiter.obeyed)
+        )  # fmt: skip
 
     # -- physics thread ----------------------------------------------------------------------
     def _physics_loop(self) -> None:
@@ -206,6 +224,27 @@ class SimDriverNode(RuntimeNode):
         self._xml_pub.publish(String(data=self.sim.xml))
 
     # -- commands ----------------------------------------------------------------------------
+    def _take_trajectory(self, msg: JointTrajectory) -> None:
+        if self._rearmed("trajectory", trajectory_start(msg, self.robot.joints)):
+            self._on_trajectory(msg)
+
+    def _take_forward(self, msg: Float64MultiArray) -> None:
+        if self._rearmed("forward", msg.data):
+            self._on_forward(msg)
+
+    def _rearmed(self, command: str, target) -> bool:
+        """Whether an arm command may go on after a recovery (else refused and reported)."""
+        reason = self.rearm.check(target)
+        if reason is not None:
+            with self._lock:
+                self.sim.hold()
+            self._report(command, reason)
+        return reason is None
+
+    def _hold_for_rogue(self) -> None:
+        with self._lock:
+            self.sim.hold()
+
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         arguments = trajectory_arguments(msg)
         with self._lock:
@@ -241,17 +280,31 @@ class SimDriverNode(RuntimeNode):
             self.get_logger().error(report.log)
         self._publish_event(report.event)
 
-    def _on_recover(self, _msg: Empty) -> None:
+    def _recover(self, reason: str) -> tuple[bool, str]:
+        """The operator's recovery (`reason` stated): clear the latched faults and re-arm from
+        the measured pose; refused while a rogue publisher is still there."""
+        refusal = self.arbiter.clear()
+        if refusal is not None:
+            with self._lock:
+                stamp = self.sim.time
+            report = refused_recovery(refusal, reason, stamp)
+            self._publish_event(report.event)
+            return False, report.log
         with self._lock:
             fault, stamp = self.sim.recover(), self.sim.time
-        report = recovered(fault, stamp)
-        self.get_logger().info(report.log)
+            self.sim.hold()
+            measured = self.sim.joint_state()[0][: len(self.robot.joints)]
+        self.rearm.arm(measured)
+        report = recovered(fault, stamp, reason)
         self._publish_event(report.event)
+        return True, report.log
 
     def _arm_health(self):
         """ERROR while a reflex holds the simulated arm, as a real arm's would."""
         with self._lock:
             fault, sim_time = self.sim.fault, self.sim.time
+        if self.arbiter.fault is not None:
+            fault = self.arbiter.fault["fault"]
         values = {"sim_time_s": f"{sim_time:.2f}", "refused_commands": self._refused}
         if fault:
             return ERROR, f"arm fault: {fault}; recover with {topics.DRIVER_RECOVER}", values

@@ -33,14 +33,13 @@ from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.command_source import REARM_TOLERANCE
 from vla_runtime.drivers.sim.node import SimDriverNode, SimDriverParams
 from vla_runtime.ros.messages import chunk_from_msg
 from vla_runtime.ros.parameters import param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.tasks import TASKS, TaskSimulator
-
-REARM_TOLERANCE = 0.05  # rad, the safety gate's start tolerance
 
 
 class EpisodeClient:
