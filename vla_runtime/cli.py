@@ -79,7 +79,12 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.name == "driver":
         result = run("driver", seconds=args.seconds or 60.0)
     elif args.name == "faults":
-        result = run("faults")
+        faults = _entry("vla_runtime.bench.faults", "fault_names")(args.faults, args.quick)
+        if isinstance(faults, str):
+            print(f"vla-runtime bench faults: error: {faults}", file=sys.stderr)
+            return 2
+        result = run("faults", faults=faults, robot=args.robot,
+                     command_interface=args.command_interface)  # fmt: skip
     elif args.name == "safety":
         result = run("safety", quick=args.quick, seed=args.seed or 0)
     elif args.name == "scheduler":
@@ -146,7 +151,13 @@ BENCH_OPTIONS = {
     "curve": (["--curve"], {"action": "store_true", "help": "also ZeroMQ with CURVE"}),
     "no_fleet": (["--no-fleet"], {"action": "store_true", "help": "skip Ray Serve"}),
     "quick": (["--quick"], {"action": "store_true", "help": "a short run (tests)"}),
-}
+    "robot": (["--robot"], {"choices": ["fr3", "panda", "ur5e"], "default": "fr3",
+                            "help": "simulated arm"}),
+    "command_interface": (["--command-interface"],
+                          {"choices": ["trajectory", "forward_position"], "default": "trajectory",
+                           "help": "the interface the gate drives"}),
+    "faults": (["--faults"], {"help": "comma-separated fault names (default: all)"}),
+}  # fmt: skip
 # name -> (what it measures, its options)
 BENCHMARKS = {
     "sim": ("physics real-time factor and render time per camera (default 5 s)", ["seconds"]),
@@ -159,7 +170,7 @@ BENCHMARKS = {
     "driver": ("franky driver against franky-sim: latency, jitter, libfranka errors (default "
                "60 s)", ["seconds"]),
     "faults": ("every injected fault: detection and stop times, unsafe commands, lost chunks",
-               []),
+               ["quick", "faults", "robot", "command_interface"]),
     "safety": ("chunk check + consequence rollout against full-physics ground truth: hazard "
                "recall, false vetoes, check time", ["quick", "seed"]),
     "scheduler": ("scheduled vs full compute on the shipped policy (default 50 episodes per "

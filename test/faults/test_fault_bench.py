@@ -25,3 +25,22 @@ def test_quick_faults_in_the_closed_sim_loop():  # the bench claims its own ROS 
     assert faults["drop_3"]["chunks_withheld"] == 3
     assert faults["delay_1000ms"]["verdicts"].get("stale", 0) >= 1
     assert faults["kill_safety"]["recovered_s"] is not None
+
+
+WATCHED_FAULTS = ("frozen_fresh_stamps", "hang_engine", "nan_policy", "estop", "drop_commands")
+
+
+def test_watched_faults_are_detected_and_stop_nothing_unsafe():
+    result = run_bench(faults=WATCHED_FAULTS, observe_s=1.5, progress=False)
+    faults = {r["fault"]: r for r in result["faults"]}
+    assert list(faults) == list(WATCHED_FAULTS)
+    assert result["unsafe_commands"] == 0, result
+    assert result["chunks_unaccounted"] == 0, result
+    assert faults["frozen_fresh_stamps"]["detection_ms"] is not None, result
+    assert faults["hang_engine"]["detection_ms"] is not None, result
+    assert faults["nan_policy"]["detection_ms"] is not None, result  # the engine drops NaN
+    assert faults["estop"]["reaction"] == "estop", result
+    assert faults["estop"]["operator"]["success"], faults["estop"]
+    assert faults["drop_commands"]["reaction"] == "command_timeout", result
+    for name in WATCHED_FAULTS:
+        assert faults[name]["recovered_s"] is not None, faults[name]

@@ -21,6 +21,12 @@ UR = [
 UR_HOME = np.array([0.0, -np.pi / 2, np.pi / 2, -np.pi / 2, -np.pi / 2, 0.0])
 
 
+PROBE_NODE = "launch_probe"
+# Stack arguments for a probe that commands the arm itself (no safety gate): the driver obeys
+# only the publisher its command_source names, on one interface.
+PROBE_COMMANDS = (f"command_source:=/{PROBE_NODE}", "command_interface:=trajectory")
+
+
 def start_launcher(*args: str, stack: str = "sim") -> tuple[subprocess.Popen, int]:
     env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
@@ -59,18 +65,18 @@ class Probe(Recorder):
     ):  # fmt: skip
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
-        from trajectory_msgs.msg import JointTrajectory
 
         os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-        super().__init__("launch_probe", domain_id=domain_id, use_sim_time=True)
+        super().__init__(PROBE_NODE, domain_id=domain_id, use_sim_time=True)
         self.q: np.ndarray | None = None
         self.joints = [joint_prefix + name for name in self.joints]
         self.state_names: list[str] = []  # of the latest joint state
         self.events = self.record(String, "/vla/driver/events", 10, json_data, stamped=False)
         self.node.create_subscription(JointState, f"{namespace}/joint_states", self._on_state, 10)
-        self.jtc = self.node.create_publisher(
-            JointTrajectory, f"{namespace}/{jtc}/joint_trajectory", 10
-        )
+        # Created on the first send: a publisher on a driver's command topic that is not its
+        # command_source latches a rogue_publisher fault, even one that never publishes.
+        self.jtc_topic = f"{namespace}/{jtc}/joint_trajectory"
+        self.jtc = None
 
     def _on_state(self, msg) -> None:
         self.state_names = list(msg.name)
@@ -101,6 +107,8 @@ class Probe(Recorder):
             point.positions = [float(v) for v in q]
             point.time_from_start = Duration(sec=int(t), nanosec=int((t % 1) * 1e9))
             msg.points.append(point)
+        if self.jtc is None:
+            self.jtc = self.node.create_publisher(JointTrajectory, self.jtc_topic, 10)
         assert self.wait(lambda: self.jtc.get_subscription_count() > 0, 60), "no driver"
         self.jtc.publish(msg)
 

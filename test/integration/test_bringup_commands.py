@@ -10,7 +10,17 @@ import signal
 
 import numpy as np
 import pytest
-from stack_probe import ARM, HOME, UR, UR_HOME, Probe, URProbe, finish, start_launcher
+from stack_probe import (
+    ARM,
+    HOME,
+    PROBE_COMMANDS,
+    UR,
+    UR_HOME,
+    Probe,
+    URProbe,
+    finish,
+    start_launcher,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +45,7 @@ def run_and_stop(proc, probe_factory, check) -> str:
 def test_franka_fake_hardware_command_starts_the_simulated_fr3():
     proc, domain = start_launcher(
         "--duration", "300", "use_fake_hardware:=true", "load_gripper:=true", "arm_id:=fr3",
-        stack="franka",
+        *PROBE_COMMANDS, stack="franka",
     )  # fmt: skip
 
     def check(probe):
@@ -48,7 +58,7 @@ def test_franka_fake_hardware_command_starts_the_simulated_fr3():
 def test_ur_mock_hardware_command_starts_the_simulated_ur5e_on_the_chosen_controller():
     proc, domain = start_launcher(
         "--duration", "300", "use_mock_hardware:=true", "ur_type:=ur5e",
-        "initial_joint_controller:=joint_trajectory_controller", stack="ur",
+        "initial_joint_controller:=joint_trajectory_controller", *PROBE_COMMANDS, stack="ur",
     )  # fmt: skip
 
     def check(probe):
@@ -69,7 +79,7 @@ def test_franka_namespace_puts_the_simulated_arm_topics_under_it(tmp_path):
     report = tmp_path / "run.json"
     proc, domain = start_launcher(
         "--duration", "300", "--report", str(report), "use_fake_hardware:=true",
-        "namespace:=left", stack="franka",
+        "namespace:=left", *PROBE_COMMANDS, stack="franka",
     )  # fmt: skip
 
     def check(probe):
@@ -96,7 +106,12 @@ def check_prefixed_arm(probe, home: np.ndarray, unprefixed: list[str], fingers: 
 
 def test_franka_arm_prefix_names_the_simulated_fr3_joints():
     proc, domain = start_launcher(
-        "--duration", "300", "use_fake_hardware:=true", "arm_prefix:=left", stack="franka"
+        "--duration",
+        "300",
+        "use_fake_hardware:=true",
+        "arm_prefix:=left",
+        *PROBE_COMMANDS,
+        stack="franka",
     )
     fingers = ["left_fr3_finger_joint1", "left_fr3_finger_joint2"]  # franka_description's join
     run_and_stop(proc, lambda: Probe(domain, joint_prefix="left_"),
@@ -105,7 +120,12 @@ def test_franka_arm_prefix_names_the_simulated_fr3_joints():
 
 def test_ur_tf_prefix_names_the_simulated_ur5e_joints():
     proc, domain = start_launcher(
-        "--duration", "300", "use_mock_hardware:=true", "tf_prefix:=left_", stack="ur"
+        "--duration",
+        "300",
+        "use_mock_hardware:=true",
+        "tf_prefix:=left_",
+        *PROBE_COMMANDS,
+        stack="ur",
     )
     fingers = ["left_gripper_finger_joint1", "left_gripper_finger_joint2"]
     run_and_stop(proc, lambda: URProbe(domain, joint_prefix="left_"),

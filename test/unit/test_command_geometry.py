@@ -23,6 +23,7 @@ from vla_runtime.core.safety.command_geometry import (
     arm_and_hand_points,
 )
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
+from vla_runtime.nodes.safety import SafetyParams, workcell_for
 
 FR3 = load_robot("fr3")
 HOME = np.array(FR3.home)
@@ -81,6 +82,7 @@ def workcells(robot, qs: np.ndarray) -> dict[str, Workcell]:
         "keep-out": Workcell(
             workspace=wide,
             keep_out=(Box(tuple(centre - 0.12), tuple(centre + 0.12), "#0"),),
+            keep_out_margin=0.0,
             **free,
         ),
         "base": Workcell(
@@ -206,3 +208,16 @@ def test_bad_input_is_refused_or_a_one_line_error():
         g.tcp_speed(HOME, HOME, 0.0)
     with pytest.raises(ValueError, match="tcp_speed must be > 0"):
         geometry(tcp_speed=-1.0)
+
+
+def test_each_robot_at_home_is_clear_of_the_workcell_its_safety_node_checks():
+    # The UR5e's base is turned half a turn in the sim workcell: with the default (FR3) box its
+    # home would be refused ("workspace plane x >= -0.25"), and the gate would never move it.
+    for name in ("fr3", "panda", "ur5e"):
+        robot = load_robot(name)
+        workcell = workcell_for(SafetyParams(robot=name), robot)
+        geometry = CommandGeometry.from_robot(robot, workcell)
+        assert geometry.position_violation(np.array(robot.home)) is None, name
+    ur5e = load_robot("ur5e")
+    default = CommandGeometry.from_robot(ur5e, Workcell())
+    assert default.position_violation(np.array(ur5e.home)).startswith("workspace plane x >=")

@@ -50,11 +50,10 @@ from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import VETO, Chunk, ChunkCheckConfig, ChunkChecker
 from vla_runtime.core.safety.chunk_pipeline import ChunkPipeline
-from vla_runtime.core.safety.workspace import box_planes, keep_out_boxes
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
-from vla_runtime.nodes.safety import SafetyParams
+from vla_runtime.nodes.safety import SafetyParams, workcell_for
 from vla_runtime.ros.parameters import build
 from vla_runtime.sim.consequence import (
     BOLTED_BODIES,
@@ -122,10 +121,7 @@ def build_pipeline(xml: str) -> tuple[ChunkPipeline, object]:
     workcell it checks against."""
     params = SafetyParams(keep_out_boxes=list(KEEP_OUT))
     robot = load_robot(params.robot, params.joint_prefix)
-    keep_out = keep_out_boxes(params.keep_out_boxes)
-    workspace = box_planes(params.workspace_min, params.workspace_max)
-    from_node = {"workspace": workspace, "keep_out": keep_out}
-    workcell = build(type(ChunkCheckConfig().workcell), params, **from_node)
+    workcell = workcell_for(params, robot)
     tcp_speed = params.tcp_speed if params.tcp_speed > 0 else None
     config = build(ChunkCheckConfig, params, tcp_speed=tcp_speed, workcell=workcell)
     checker = ChunkChecker(robot, chain_for(robot.name), config)

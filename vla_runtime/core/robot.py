@@ -38,6 +38,9 @@ class RobotConfig:
     gripper_max_speed: float = 0.0
     controllers: dict[str, str] = field(default_factory=dict)
     state_topic: str = "/joint_states"
+    # The hand's workspace box (min xyz, max xyz; m, base frame) where the arm's mounting puts
+    # the sim workcell elsewhere than core.safety.workspace's default; None: that default.
+    workspace: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     @property
     def dof(self) -> int:
@@ -122,4 +125,14 @@ def load_robot(name: str, joint_prefix: str = "") -> RobotConfig:
         gripper_max_speed=float(gripper.get("max_speed", 0.0)),
         controllers=dict(raw.get("controllers") or {}),
         state_topic=raw.get("state_topic", "/joint_states"),
+        workspace=_workspace(raw.get("workspace")),
     )
+
+
+def _workspace(raw) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    if raw is None:
+        return None
+    low, high = _floats(raw["min"], "workspace min", 3), _floats(raw["max"], "workspace max", 3)
+    if any(lo >= hi for lo, hi in zip(low, high, strict=True)):
+        raise ValueError(f"workspace min {low} must lie below max {high} on every axis")
+    return low, high

@@ -79,8 +79,11 @@ class SafetyParams:
                                    GateConfig.start_tolerance)  # fmt: skip
     state_timeout_s: float = param("s without a joint state before the gate stops the arm",
                                  GateConfig.state_timeout_s)  # fmt: skip
-    workspace_min: list = param("m, x y z: the TCP's workspace box (base frame)", WORKSPACE_MIN)
-    workspace_max: list = param("m, x y z", WORKSPACE_MAX)
+    workspace_min: list = param("m, x y z: the hand's workspace box (base frame); empty: the "
+                                "robot description's, else the sim workcell's", [],
+                                Parameter.Type.DOUBLE_ARRAY)  # fmt: skip
+    workspace_max: list = param("m, x y z; empty: as workspace_min", [],
+                                Parameter.Type.DOUBLE_ARRAY)  # fmt: skip
     keep_out_boxes: list = param("keep-out boxes, 6 values each: min x y z, max x y z", [],
                                  Parameter.Type.DOUBLE_ARRAY)  # fmt: skip
     table_height: float = param("m, the table top in the base frame", Workcell.table_height)
@@ -103,6 +106,14 @@ class SafetyParams:
     trajectory_lookahead: float = param("gate periods to each trajectory point (1-25)", 3.0)
 
 
+def workcell_for(params: SafetyParams, robot) -> Workcell:
+    """The workcell the node's parameters describe for `robot`."""
+    low, high = robot.workspace or (WORKSPACE_MIN, WORKSPACE_MAX)
+    workspace = box_planes(params.workspace_min or low, params.workspace_max or high)
+    keep_out = keep_out_boxes(params.keep_out_boxes)
+    return build(Workcell, params, workspace=workspace, keep_out=keep_out)
+
+
 class SafetyNode(RuntimeNode):
     def __init__(self, name: str = "safety"):
         super().__init__(name)
@@ -111,13 +122,8 @@ class SafetyNode(RuntimeNode):
         # The sim scene names the joints as the description does, without the prefix.
         self._scene_robot = load_robot(params.robot)
         rate = params.control_rate_hz
-        # A forward position controller applies each output as it arrives: step by elapsed time.
-        by_elapsed_time = params.command_interface == "forward_position"
-        gate_config = build(GateConfig, params, control_period_s=1.0 / rate,
-                            step_by_elapsed_time=by_elapsed_time)  # fmt: skip
-        keep_out = keep_out_boxes(params.keep_out_boxes)
-        workspace = box_planes(params.workspace_min, params.workspace_max)
-        self.workcell = build(Workcell, params, workspace=workspace, keep_out=keep_out)
+        gate_config = build(GateConfig, params, control_period_s=1.0 / rate)
+        self.workcell = workcell_for(params, self.robot)
         tcp_speed = params.tcp_speed if params.tcp_speed > 0 else None
         check_config = build(ChunkCheckConfig, params, tcp_speed=tcp_speed, workcell=self.workcell)
         self.consequence_mode = params.consequence  # auto | off

@@ -22,17 +22,29 @@ s x real time like UR's scaled_joint_trajectory_controller, and s = 0 pauses it
 reading has arrived (the plan's speed is unknown before); a silent source keeps its last value
 (core/speed_scaling.py), `speed_scaling_age_s` in the stats shows a stale one. Non-finite
 readings are ignored, out-of-range ones clamped to [0, 1], each with a (throttled) warning.
+
+Watchdogs (core/streaming/lifecycle.py), each reported as JSON (source "streamer") on
+/vla/safety/events and each halting the plan so that the command brakes to rest at once: an
+answer overdue by the engine's usual latency (asked again at once), frozen images on the
+`cameras` it watches (/vla/cameras/<name>/image_raw; no requests until they are live again),
+and no joint state for `state_silence_s` of wall time (a dead driver stops /clock too, so sim
+time cannot measure its silence). A plan that runs dry while the command moves is reported.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+import zlib
+from collections import deque
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.clock import Clock, ClockType
+from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64, String
 from trajectory_msgs.msg import JointTrajectory
 
@@ -55,6 +67,7 @@ from vla_runtime.ros.messages import (
     chunk_from_msg,
     command_msg,
     diagnostics_msg,
+    event_json,
     joint_state_values,
     parse_request_id,
     refused_request,
@@ -67,6 +80,8 @@ from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import DeadlineThread, ThrottledLog, run_node
 
 TICK_SOURCES = ("auto", "thread", "timer")
+STATE_INTERVALS = 50  # recent gaps between joint states (wall time) that set the usual gap
+SILENCE_GAPS = 4.0  # joint states silent for this many usual gaps count as lost
 LEVELS = {
     metrics.OK: DiagnosticStatus.OK,
     metrics.WARN: DiagnosticStatus.WARN,
@@ -104,6 +119,10 @@ class StreamerParams:
                                     0.03)  # fmt: skip
     speed_scaling_topic: str = param("std_msgs/Float64 speed scaling to follow; empty = none", "")
     speed_scaling_unit: str = param(f"one of {sorted(UNITS)}", "percent")
+    cameras: list = param("cameras watched for frozen images (/vla/cameras/<name>/image_raw)", [],
+                          Parameter.Type.STRING_ARRAY)  # fmt: skip
+    state_silence_s: float = param("s of wall time without a joint state before holding; <= 0: "
+                                   "off", 0.2)  # fmt: skip
 
 
 class StreamerNode(RuntimeNode):
@@ -137,6 +156,7 @@ class StreamerNode(RuntimeNode):
         self._command_pub = self.create_publisher(JointState, topics.COMMAND, 10)
         self._request_pub = self.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
+        self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
         self.diagnostics = Diagnostics(self)
         self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10,
                                          MAX_CHUNK_BYTES, self._refuse_chunk)  # fmt: skip
@@ -148,6 +168,16 @@ class StreamerNode(RuntimeNode):
             self.create_subscription(Float64, self.speed_scaling_topic, self._on_speed_scaling, 10)
         self.create_subscription(String, topics.EPISODE, self._on_episode, LATCHED)
         self.create_timer(params.stats_period_s, self.publish_stats)
+        for camera in params.cameras:
+            self.create_subscription(Image, topics.camera_image(camera),
+                                     lambda msg, camera=camera: self._on_image(camera, msg),
+                                     qos_profile_sensor_data)  # fmt: skip
+        self.state_silence_s = params.state_silence_s
+        self._last_state_wall: float | None = None
+        self._state_intervals: deque[float] = deque(maxlen=STATE_INTERVALS)
+        if self.state_silence_s > 0:
+            wall = Clock(clock_type=ClockType.STEADY_TIME)
+            self.create_timer(min(self.state_silence_s / 2, 0.01), self._watch_states, clock=wall)
 
         self._thread: DeadlineThread | None = None
         if self.tick_source == "timer":
@@ -180,7 +210,29 @@ class StreamerNode(RuntimeNode):
         self._command_pub.publish(command_msg(self.joint_names, setpoint))
         if request is not None:
             self._request_pub.publish(request_msg(self.joint_names, request))
+        self._publish_events()
         self.timing.tick_took(time.perf_counter() - started)
+
+    def _publish_events(self) -> None:
+        for event in self.lifecycle.take_events():
+            self._event_pub.publish(String(data=event_json(event, "streamer")))
+
+    def _watch_states(self) -> None:
+        """Joint states silent for `state_silence_s` of wall time: hold (reported once)."""
+        last = self._last_state_wall
+        if last is None or not self.context.ok():
+            return
+        silent = time.monotonic() - last
+        # A slowed simulation (or a slow driver) sends less often: silence is judged against
+        # the usual gap too, so that a loaded host does not read as a lost driver.
+        usual = (
+            sorted(self._state_intervals)[len(self._state_intervals) // 2]
+            if (self._state_intervals)
+            else 0.0
+        )
+        if silent > max(self.state_silence_s, SILENCE_GAPS * usual):
+            self._log(self.lifecycle.joint_states_silent(self.now_s(), silent))
+            self._publish_events()
 
     # ------------------------------------------------------------------ inputs
 
@@ -207,6 +259,12 @@ class StreamerNode(RuntimeNode):
         arm = joint_state_values(msg, arm_joints) if complete else None
         gripper = joint_state_values(msg, [gripper_joint]) if gripper_joint else None
         positions, velocities = (None, None) if arm is None else arm
+        if arm is not None:
+            wall = time.monotonic()
+            if self._last_state_wall is not None:
+                self._state_intervals.append(wall - self._last_state_wall)
+            self._last_state_wall = wall
+            self._log(self.lifecycle.joint_states_back())
         notice = self.lifecycle.joint_state(to_seconds(msg.header.stamp), positions, velocities,
                                             None if gripper is None else gripper[0][0])  # fmt: skip
         self._log(notice)
@@ -216,14 +274,24 @@ class StreamerNode(RuntimeNode):
         request_id = parse_request_id(msg.header.frame_id)
         self._log(self.lifecycle.chunk(now, chunk_from_msg(msg), request_id))
 
+    def _on_image(self, camera: str, msg: Image) -> None:
+        digest = zlib.crc32(msg.data)
+        self._log(self.lifecycle.image(camera, to_seconds(msg.header.stamp), digest, self.now_s()))
+        self._publish_events()
+
     def _refuse_chunk(self, reason: str) -> None:
         self._log(self.lifecycle.chunk_refused(reason))
 
     def _on_safety_event(self, msg: String) -> None:
-        """A vetoed (or discarded) answer to the pending request: ask again at once."""
+        """A vetoed (or discarded) answer to the pending request: ask again at once. A stop of
+        the gate: hold until it arms again."""
         request_id = refused_request(msg.data)
         if request_id is not None:
             self.lifecycle.request_refused(request_id)
+            return
+        kind = gate_event_kind(msg.data)
+        if kind is not None:
+            self._log(self.lifecycle.gate_event(kind, self.now_s()))
 
     def _log(self, notice: Notice | None) -> None:
         # One call per severity: rclpy refuses a call site that logs at two severities.
@@ -260,6 +328,18 @@ class StreamerNode(RuntimeNode):
         if self._thread is not None:
             self._thread.stop()
         self.publish_stats()
+
+
+def gate_event_kind(text: str) -> str | None:
+    """The kind of a safety gate event (source "gate") from its JSON, else None."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("source") != "gate":
+        return None
+    kind = event.get("event")
+    return kind if isinstance(kind, str) else None
 
 
 def main(argv: list[str] | None = None) -> int:

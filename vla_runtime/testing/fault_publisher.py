@@ -1,6 +1,7 @@
 """The faults that come from outside the stack, published by a bench's or a test's own node:
-commands to the fault injector, bad /clock messages, garbage commands next to the streamer's and
-malformed messages on every input of the safety node."""
+commands to the fault injector, bad /clock messages, garbage commands next to the streamer's,
+malformed messages on every input of the safety node, an e-stop press, a second publisher on the
+driver's command topic, and the operator's way out of a stop (a Trigger call with a reason)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Empty, Float64MultiArray, String
+from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
@@ -30,6 +32,8 @@ class FaultPublisher:
 
     def __init__(self, node, robot, sim_now: Callable[[], float], arm: Callable[[], np.ndarray]):
         self.robot, self.sim_now, self.arm = robot, sim_now, arm
+        self.node = node
+        self._clients = {}
         pub = node.create_publisher
         self.pubs = {
             "fault": pub(String, FAULT_COMMAND, 10),
@@ -41,7 +45,43 @@ class FaultPublisher:
             "estop": pub(Bool, topics.ESTOP, 10),
             "scene_xml": pub(String, topics.SIM_SCENE_XML, LATCHED),
             "scene_state": pub(Float64MultiArray, topics.SIM_SCENE_STATE, 10),
+            "reason": pub(String, topics.OPERATOR_REASON, LATCHED),
         }
+
+    def press_estop(self) -> None:
+        self.pubs["estop"].publish(Bool(data=True))
+
+    def operator_call(self, service: str, reason: str, timeout_s: float = 10.0) -> tuple[bool, str]:
+        """The operator's Trigger call on `service` with `reason` stated first on
+        /vla/operator/reason; (success, message), or (False, why) without an answer. Needs a
+        node that spins in another thread (a background recorder)."""
+        client = self._clients.get(service)
+        if client is None:
+            client = self._clients[service] = self.node.create_client(Trigger, service)
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            return False, f"no service {service}"
+        self.pubs["reason"].publish(String(data=reason))
+        time.sleep(0.1)  # the reason reaches the server before the call (separate topics)
+        future = client.call_async(Trigger.Request())
+        end = time.monotonic() + timeout_s
+        while not future.done() and time.monotonic() < end:
+            time.sleep(0.01)
+        if not future.done():
+            return False, f"{service}: no answer in {timeout_s:g} s"
+        response = future.result()
+        return bool(response.success), str(response.message)
+
+    def rogue_commands(self, msg_type, topic: str, message, seconds: float = 0.3) -> None:
+        """A second publisher on the driver's command topic `topic`, sending `message()` (the
+        arm's own pose: harmless in itself) for `seconds`, then gone."""
+        rogue = self.node.create_publisher(msg_type, topic, 10)
+        try:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                rogue.publish(message())
+                time.sleep(PUBLISH_PERIOD_S)
+        finally:
+            self.node.destroy_publisher(rogue)
 
     def fault(self, **command) -> None:
         """A command to the fault injector (see `testing.fault_injector`)."""

@@ -1,17 +1,17 @@
 """Command gate at the control rate: the last filter between the streamer and the driver.
 
-Commands only set a target. Every tick the gate moves its output one step toward the target
-under the robot's limits, so the output sequence itself obeys them, whatever arrives: per output
-pair |dq| <= v_max(q) dt and |dv| <= a_max dt. With `step_by_elapsed_time` (an interface whose
-controller applies each position as it arrives) dt is the time since the previous output, at
-most one period T, and a tick closer than `min_step_fraction` T to the previous output sends
-nothing; otherwise (one-point trajectories, which the controller runs over a fixed time each)
-dt is T. Jerk too where it does not fight those, velocity small enough to stop before the
-target and before the position limits (which carry the configured margin), target clamped into
-those limits. v_max(q) is the manufacturer's position-dependent limit where the robot
-description names a model (core/safety/joint_velocity_limits.py), else its flat limit. With a
-`geometry` (core/safety/command_geometry.py) each step is also held to the TCP speed limit and
-taken only if the arm braking from it comes to rest clear of the workcell's violations.
+Commands only set a target. Every tick the gate moves its output one step toward the target under
+the robot's limits, so the output sequence itself obeys them, whatever arrives: per output step |dq|
+<= v_max(q) T and |dv| <= a_max T (T the period: each message is one period's motion, which a
+trajectory controller runs over its own fixed time), and a tick that comes less than
+`limit_fraction` T after the previous output sends nothing, so that the velocity also holds per
+elapsed second where a controller applies each position as it arrives. Jerk too where it does not
+fight those, velocity small enough to stop before the target and before the position limits (which
+carry the configured margin), target clamped into those limits. v_max(q) is the manufacturer's
+position-dependent limit where the robot description names a model
+(core/safety/joint_velocity_limits.py), else its flat limit. With a `geometry`
+(core/safety/command_geometry.py) each step is also held to the TCP speed limit and taken only if
+the arm braking from it comes to rest clear of the workcell's violations.
 
 States: WAITING (nothing is sent until the joint state is known and a command agrees with it),
 RUNNING, STOPPING (command timeout or lost joint state: decelerate at a_max to zero, then hold
@@ -54,14 +54,6 @@ class GateConfig:
     # the arm's controller interpolates each output over its own cycle and trips its reflex a
     # hair above the limit, so output at 100 % would trip it on the first uneven period.
     limit_fraction: float = 0.9
-    # A tick closer than this fraction of a period to the previous output sends nothing: a
-    # step over so short a time is noise, and resending the output would stall the arm.
-    min_step_fraction: float = 0.25
-    # Step by the time since the previous output, so that velocity holds per elapsed second
-    # where the controller applies each position as it arrives (forward position interface).
-    # A trajectory controller runs each one-point trajectory over its own fixed time, so there
-    # uneven steps would be uneven velocities: it gets one period's step per message.
-    step_by_elapsed_time: bool = True
     # Divergence: the measured position must lie within the range the output covered over the
     # last `divergence_window_s` before the state's stamp (the arm lags its output: franky-sim
     # at full speed tracks with a p99 error of ~0.3 rad, about 0.13 s of lag at 2.36 rad/s, so
@@ -284,12 +276,12 @@ class CommandGate:
         if self.output is None:
             return GateOutput(None, None, self._take_events())
         dt = T
-        if cfg.step_by_elapsed_time and self._output_time is not None:
-            elapsed = now - self._output_time
-            if elapsed < cfg.min_step_fraction * T:
-                self._event("tick_too_early", now, throttled=True, elapsed_s=elapsed)
-                return GateOutput(None, None, self._take_events())
-            dt = min(elapsed, T)
+        # A full step sooner than limit_fraction T after the previous one would exceed the
+        # velocity limit per elapsed second: such a tick sends nothing (the arm lags instead).
+        soonest = cfg.limit_fraction * T * (1.0 - 1e-6)  # less float rounding of tick times
+        if self._output_time is not None and now - self._output_time < soonest:
+            self._event("tick_too_early", now, throttled=True, elapsed_s=now - self._output_time)
+            return GateOutput(None, None, self._take_events())
         if self.mode == RUNNING:
             if now > self._target_velocity_until:
                 self.target_velocity = np.zeros(self.robot.dof)

@@ -31,9 +31,11 @@ class Box:
     hi: tuple[float, float, float]
     name: str = ""
 
-    def contains(self, points: np.ndarray) -> np.ndarray:
+    def contains(self, points: np.ndarray, margin: float = 0.0) -> np.ndarray:
+        """Points inside the box grown by `margin` on every side."""
         p = np.asarray(points)
-        return np.all((p >= self.lo) & (p <= self.hi), axis=-1)
+        lo, hi = np.asarray(self.lo) - margin, np.asarray(self.hi) + margin
+        return np.all((p >= lo) & (p <= hi), axis=-1)
 
 
 def box_planes(lo, hi) -> tuple[Plane, ...]:
@@ -63,6 +65,9 @@ class Workcell:
     keep_out: tuple[Box, ...] = ()
     table_height: float = 0.0
     table_clearance: float = 0.005  # every arm point stays this far above the table top
+    # Keep-out boxes are grown by this much: the points checked lie on the links' axes, and the
+    # links and the open hand reach up to about 8 cm beyond them.
+    keep_out_margin: float = 0.08
     # Self clearance: the hand must not come back over the robot's own base column, a vertical
     # cylinder around the base z axis.
     base_radius: float = 0.12
@@ -80,7 +85,7 @@ class Workcell:
             if mask.any():
                 found.append((f"workspace plane {plane.name}", mask, float(excess.max())))
         for box in self.keep_out:
-            mask = np.any(box.contains(arm_points), axis=-1)
+            mask = np.any(box.contains(arm_points, self.keep_out_margin), axis=-1)
             if mask.any():
                 found.append((f"keep-out box {box.name}", mask, 0.0))
         floor = self.table_height + self.table_clearance

@@ -2,7 +2,13 @@
 an episode that has every arm joint (and, following a speed scaling source, once the speed is
 known: the plan's pace is unknown before), holds that measured state until a chunk arrives,
 moves a held command to the arm a safety stop left elsewhere, and starts again at each episode
-reset. Thread-safe: the control tick runs on a thread of its own."""
+reset. It also runs the watchdogs that need more than the plan: frozen cameras (no requests,
+and chunks refused, until every camera is live again) and silent joint states, each halting the
+plan (the command brakes to rest). `take_events()` hands their reports to the node. A stop of
+the safety gate (e-stop, command timeout, lost state) halts the plan too, and nothing is asked
+for or merged until the gate arms again: the held command then resyncs to the arm where the
+gate stopped it, which is what the gate re-arms on.
+Thread-safe: the control tick runs on a thread of its own."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.chunk_check import Chunk
 from vla_runtime.core.speed_scaling import SpeedScalingInput
+from vla_runtime.core.streaming.camera_watch import FrozenCameraWatch
 from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.core.streaming.metrics import LoopTiming, streamer_metrics, streamer_stats
 from vla_runtime.core.streaming.streamer import (
@@ -26,6 +33,7 @@ from vla_runtime.core.streaming.streamer import (
 )
 
 INFO, WARNING, REPEATED = "info", "warning", "repeated"
+GATE_STOPS = ("estop", "command_timeout", "state_lost")  # gate events that stop the arm
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,11 @@ class StreamerLifecycle:
         self.streamer: ActionStreamer | None = None
         self.episode = 0  # episode resets so far
         self._episode_start = -math.inf  # joint states and chunks before it are the old scene
+        self.cameras = FrozenCameraWatch()
+        self.measured_arm: np.ndarray | None = None
+        self.states_lost = False
+        self.gate_stopped: str | None = None  # the gate's stop event until it arms again
+        self._events: list[dict] = []
         self._lock = threading.Lock()
 
     @property
@@ -76,9 +89,21 @@ class StreamerLifecycle:
             streamer = self.streamer
             if streamer is None:
                 return None
+            streamer.check_overdue(now)
             setpoint = streamer.tick(now)
-            request = streamer.make_request(now) if streamer.want_request(now) else None
+            blind = bool(self.cameras.frozen) or self.states_lost or bool(self.gate_stopped)
+            wanted = not blind and streamer.want_request(now)
+            request = streamer.make_request(now) if wanted else None
         return setpoint, request
+
+    def take_events(self) -> list[dict]:
+        """The watchdogs' reports since the last call, for the safety events topic."""
+        with self._lock:
+            events = self._events
+            self._events = []
+            if self.streamer is not None:
+                events.extend(self.streamer.events())
+        return events
 
     def figures(self) -> dict | None:
         """The streamer's figures (core/streaming/metrics.py), None before the start."""
@@ -109,6 +134,8 @@ class StreamerLifecycle:
         `velocities` (None when it has none) and the gripper's position, if any."""
         if stamp < self._episode_start:
             return None  # measured before the reset
+        if positions is not None:
+            self.measured_arm = np.asarray(positions, dtype=float)
         if self.streamer is not None:
             # Commands follow the plan open loop; only a held command is brought to the arm.
             if (
@@ -155,6 +182,12 @@ class StreamerLifecycle:
             with self._lock:
                 held_gripper = float(streamer.state.position[-1])
             parsed = chunk_in_joint_order(chunk, self.arm_joints, self.joint_names, held_gripper)
+        if not isinstance(parsed, str) and self.cameras.frozen:
+            parsed = f"observed through frozen cameras {self.cameras.frozen}"
+        elif not isinstance(parsed, str) and self.states_lost:
+            parsed = "joint states lost: the arm is not known"
+        elif not isinstance(parsed, str) and self.gate_stopped:
+            parsed = f"the safety gate stopped ({self.gate_stopped})"
         if isinstance(parsed, str):
             with self._lock:
                 streamer.reject_chunk(parsed)
@@ -163,6 +196,51 @@ class StreamerLifecycle:
         with self._lock:
             result = streamer.merge_chunk(now, chunk.stamp, times, positions, request_id)
         return None if result.accepted else Notice(REPEATED, f"chunk rejected: {result.reason}")
+
+    def image(self, camera: str, stamp: float, digest: int, now: float) -> Notice | None:
+        """A frame of `camera` (its stamp and a digest of its bytes) arrived at `now`."""
+        with self._lock:
+            event = self.cameras.frame(camera, stamp, digest, self.measured_arm, now)
+            if event is None:
+                return None
+            self._events.append(event)
+            if event["event"] == "camera_frozen" and self.streamer is not None:
+                self.streamer.halt(now, "camera_frozen", camera=camera)
+        if event["event"] == "camera_frozen":
+            return Notice(WARNING, f"camera {camera} frozen ({event['reason']}): holding")
+        return Notice(INFO, f"camera {camera} live again")
+
+    def joint_states_silent(self, now: float, silent_s: float) -> Notice | None:
+        """No joint state for `silent_s` (wall time, the node's watchdog): halt once."""
+        with self._lock:
+            if self.states_lost:
+                return None
+            self.states_lost = True
+            self._events.append({"event": "joint_states_lost", "stamp": now,
+                                 "silent_ms": 1e3 * silent_s})  # fmt: skip
+            if self.streamer is not None:
+                self.streamer.halt(now, "joint_states_lost", silent_ms=1e3 * silent_s)
+        return Notice(WARNING, f"no joint state for {silent_s * 1e3:.0f} ms: holding")
+
+    def joint_states_back(self) -> Notice | None:
+        with self._lock:
+            if not self.states_lost:
+                return None
+            self.states_lost = False
+        return Notice(INFO, "joint states back")
+
+    def gate_event(self, kind: str, now: float) -> Notice | None:
+        """An event of the safety gate: a stop halts the plan until the gate arms again."""
+        with self._lock:
+            if kind in GATE_STOPS and self.gate_stopped is None:
+                self.gate_stopped = kind
+                if self.streamer is not None:
+                    self.streamer.halt(now, f"gate_{kind}")
+                return Notice(WARNING, f"safety gate stopped ({kind}): holding")
+            if kind == "armed" and self.gate_stopped is not None:
+                self.gate_stopped = None
+                return Notice(INFO, "safety gate armed again")
+        return None
 
     def chunk_refused(self, reason: str) -> Notice:
         """A chunk refused before it could be read (its size)."""
@@ -193,4 +271,5 @@ class StreamerLifecycle:
             self.episode += 1
             self._episode_start = start
             self.streamer = None
+            self.cameras.reset()
         return Notice(INFO, f"episode {self.episode} from t={start:.3f}: restarting")

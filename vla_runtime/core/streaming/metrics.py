@@ -21,6 +21,8 @@ class Counters:
     empty_plan_ticks: int = 0
     startup_ticks: int = 0
     paused_ticks: int = 0  # speed scaling 0: the plan stands still (not a starved plan)
+    halted_ticks: int = 0  # braking or holding after a watchdog dropped the plan
+    halts: int = 0
     chunks_accepted: int = 0
     chunks_rejected: int = 0
     resyncs: int = 0
@@ -48,6 +50,9 @@ def streamer_metrics(streamer) -> dict:
         "empty_plan_ticks": c.empty_plan_ticks,
         "startup_ticks": c.startup_ticks,
         "paused_ticks": c.paused_ticks,
+        "halted_ticks": c.halted_ticks,
+        "halts": c.halts,
+        "last_halt": streamer.halted or "",
         "speed_scaling": streamer.speed_scaling,
         # How far plan time has fallen behind real time (slowed or paused), s.
         "plan_lag_s": (
@@ -59,6 +64,8 @@ def streamer_metrics(streamer) -> dict:
         "chunks_rejected": c.chunks_rejected,
         "requests_sent": requests.sent,
         "requests_timed_out": requests.timed_out,
+        "requests_overdue": requests.overdue,
+        "overdue_after_ms": 1e3 * requests.overdue_after_s(),
         "requests_refused": requests.refused,
         "tracker_failures": streamer.tracker.failures,
         "resyncs": c.resyncs,

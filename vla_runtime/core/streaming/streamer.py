@@ -12,6 +12,12 @@ new over the overlap (at most `blend_window_s`). Each control tick samples the p
 a jerk-limited tracker (ruckig) turns it into the command; when the plan has run dry the
 tracker brakes to a stop within the limits (never extrapolates).
 
+Watchdogs (`events()` reports each once, as a dict for the safety events topic): an answer
+overdue by the engine's usual latency (requests.py) halts the plan (the rest of it was made for
+a world the policy no longer reports on: the command brakes now) and asks again at once; a plan
+that runs dry while the command moves is reported; `halt(reason)` does the same for the node's
+own watchdogs (frozen cameras, silent joint states).
+
 Speed scaling (the UR speed slider, core/speed_scaling.py): the plan lives on plan time tau,
 which advances at s x real time (`PlanClock`; tau = t while s has always been 1). Plan-side
 quantities (knot times, T_k, the stale test, blend windows, the remaining plan) are plan time;
@@ -107,6 +113,8 @@ class ActionStreamer:
         self.last_plan_time: float | None = None  # plan time at last_command_time
         self._handover: _Handover | None = None
         self._holding = True
+        self.halted: str | None = None  # why the plan was dropped (until the next chunk)
+        self._events: list[dict] = []
 
     # ------------------------------------------------------------------ control tick
 
@@ -153,8 +161,14 @@ class ActionStreamer:
                 self._count_executed(plan, tau_previous, tau_c)
                 if scale > 0.0:  # a paused plan is not a starved one
                     c.empty_plan_ticks += 1
+            elif self.halted is not None:
+                c.halted_ticks += 1
             else:
                 c.startup_ticks += 1
+            ran_dry = plan is not None and not self._holding and scale > 0.0
+            if ran_dry and self.config.mode == "async":  # sync plans run dry by design
+                self._events.append({"event": "plan_exhausted", "stamp": now,
+                                     "speed_rad_s": _speed(self.state)})  # fmt: skip
             self.state = self.tracker.brake(self.state, dt)
             self._holding = True
         if scale == 0.0:
@@ -183,6 +197,31 @@ class ActionStreamer:
 
         t_end = None if scale == 0.0 else t_c + (plan.end_time - tau_c) / scale
         return sample, t_end
+
+    def halt(self, now: float, reason: str, **numbers) -> None:
+        """Drop the plan: the command brakes to rest within the limits from the next tick on,
+        until a chunk arrives. Reported once per halt."""
+        self.plan = None
+        self._close_handover()
+        self.halted = reason
+        self.counters.halts += 1
+        self._events.append({"event": "halt", "stamp": now, "reason": reason,
+                             "speed_rad_s": _speed(self.state), **numbers})  # fmt: skip
+
+    def check_overdue(self, now: float) -> bool:
+        """Halt and give the request up when its answer is overdue (requests.py)."""
+        overdue = self.requests.expire(now)
+        if overdue is None:
+            return False
+        self.halt(now, "chunk_overdue", request=overdue.request_id,
+                  waited_ms=1e3 * overdue.waited_s,
+                  expected_ms=1e3 * overdue.expected_s)  # fmt: skip
+        return True
+
+    def events(self) -> list[dict]:
+        """The watchdogs' reports since the last call."""
+        events, self._events = self._events, []
+        return events
 
     def resync(
         self, measured_arm, measured_velocity, tolerance: float, rest_speed: float = 0.01
@@ -259,11 +298,12 @@ class ActionStreamer:
     ) -> MergeResult:
         """Merge a chunk received at `now`. Bad input is rejected with a reason; the plan is
         then unchanged (and holds when it runs dry)."""
-        delay_steps = self.requests.answered(request_id, self.counters.steps)
+        delay_steps = self.requests.answered(request_id, self.counters.steps, now)
         result = self._merge(now, t_obs, times_from_start, positions)
         result.delay_steps = delay_steps
         if result.accepted:
             self.counters.chunks_accepted += 1
+            self.halted = None
         else:
             self.reject_chunk(result.reason)
         return result
@@ -366,6 +406,10 @@ class ActionStreamer:
     @property
     def pending_request(self) -> int | None:
         return self.requests.pending
+
+
+def _speed(state: MotionState) -> float:
+    return float(np.max(np.abs(state.velocity), initial=0.0))
 
 
 def chunk_in_joint_order(chunk, arm_joints, joint_names, held_gripper: float):
