@@ -11,14 +11,14 @@ import subprocess
 
 import numpy as np
 import pytest
-from stack_probe import ARM, HOME, Probe, finish, start_launcher
+from stack_probe import ARM, HOME, PROBE_COMMANDS, Probe, finish, start_launcher
 
 pytestmark = pytest.mark.integration
 
 
 def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     report_path = tmp_path / "run.json"
-    proc, domain = start_launcher("--duration", "20", "--report", str(report_path))
+    proc, domain = start_launcher("--duration", "20", "--report", str(report_path), *PROBE_COMMANDS)
     probe = None
     try:
         probe = Probe(domain)

@@ -1,6 +1,7 @@
 """`vla-runtime launch ur --sim`: the simulated UR5e answers on the UR driver's own topics
-(/scaled_joint_trajectory_controller/joint_trajectory, /forward_position_controller/commands,
-/joint_states with UR joint names), so the stack cannot tell it from ur_robot_driver."""
+(/scaled_joint_trajectory_controller/joint_trajectory, /joint_states with UR joint names), so the
+stack cannot tell it from ur_robot_driver; it obeys its command source on the one interface the
+stack names and nothing on the other."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import signal
 
 import numpy as np
 import pytest
-from stack_probe import UR, UR_HOME, URProbe, finish, start_launcher
+from stack_probe import PROBE_COMMANDS, UR, UR_HOME, URProbe, finish, start_launcher
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +18,7 @@ def test_ur_sim_stack_follows_the_ur_driver_topics():
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    proc, domain = start_launcher("--duration", "300", "use_sim:=true", stack="ur")
+    proc, domain = start_launcher("--duration", "300", "use_sim:=true", *PROBE_COMMANDS, stack="ur")
     probe = None
     try:
         probe = URProbe(domain)
@@ -34,18 +35,19 @@ def test_ur_sim_stack_follows_the_ur_driver_topics():
         probe.spin_sim_seconds(3.5)
         assert np.max(np.abs(probe.q - goal)) < 0.01, probe.q - goal
 
+        # The forward interface is not the one the stack names: a stream there moves nothing,
+        # and the driver says so.
         back = UR_HOME + np.array([-0.1, 0.05, 0.05, 0.0, -0.1, 0.1])
-        for k in range(1, 51):  # a 1 s stream: one 0.4 rad step would trip a protective stop
+        for k in range(1, 51):
             forward.publish(Float64MultiArray(data=(goal + (back - goal) * k / 50).tolist()))
             probe.spin_sim_seconds(0.02)
-        probe.spin_sim_seconds(1.0)
-        assert np.max(np.abs(probe.q - back)) < 0.01, probe.q - back
+        assert probe.wait(lambda: any(e["event"] == "unused_interface" for e in probe.events), 30)
+        assert np.max(np.abs(probe.q - goal)) < 0.01, probe.q - goal
 
-        forward.publish(Float64MultiArray(data=[0.0] * 5))  # wrong length: rejected, holds
-        assert probe.wait(lambda: len(probe.events) >= 1, 30)
-        assert probe.events[0]["topic"] == "/forward_position_controller/commands"
+        probe.send(UR[:5], [(1.0, goal[:5])])  # wrong joints: rejected, holds
+        assert probe.wait(lambda: any(e["event"] == "rejected" for e in probe.events), 30)
         probe.spin_sim_seconds(0.5)
-        assert np.max(np.abs(probe.q - back)) < 0.01
+        assert np.max(np.abs(probe.q - goal)) < 0.01
     finally:
         if probe is not None:
             probe.close()
