@@ -16,7 +16,10 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_runtime.core import topics
+from vla_runtime.core.kinematics import FRANKA
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.command_geometry import CommandGeometry
+from vla_runtime.core.safety.workspace import Workcell
 from vla_runtime.ros.messages import to_seconds
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.stack.supervisor import NodeProcess, module_process
@@ -332,3 +335,20 @@ def test_trajectory_interface_streams_one_point_trajectories(rclpy_context, tmp_
     positions = [(t, np.array(m.points[0].positions)) for t, m in trajectories]
     assert_output_within_limits(positions)
     assert max(abs(p[0] - HOME[0]) for _, p in positions) > 0.1  # it followed the sine
+
+
+def test_a_target_below_the_table_stops_the_hand_above_it(probe):
+    # A stream of targets that ends with the TCP 5 cm below the table top (z = -0.052 m): the
+    # gate's command-rate geometry brakes so that every output keeps the arm above the table.
+    below = np.array([0.0, 0.538, 0.0, -2.64, 0.0, 2.852, 0.785])
+    assert FRANKA.tcp_position(below)[2] < -0.05
+    probe.wait_for_state()
+    probe.run(5.0, command=lambda t: HOME + (below - HOME) * min(t / 4.0, 1.0))
+    outputs = np.array([o for _, o in probe.outputs])
+    assert len(outputs) > 200
+    geometry = CommandGeometry.from_robot(ROBOT, Workcell())  # the node's defaults
+    assert [geometry.position_violation(q) for q in outputs] == [None] * len(outputs)
+    lowest = FRANKA.points(outputs)[..., 2].min()
+    assert 0.005 <= lowest < 0.05, lowest  # it went down to the table, not into it
+    assert "geometry_hold" in probe.kinds()
+    assert_output_within_limits(probe.outputs)
