@@ -34,6 +34,13 @@ def rclpy_context(ros_domain):
     ctx.try_shutdown()
 
 
+@pytest.fixture(autouse=True)
+def own_state_dir(tmp_path_factory, monkeypatch):
+    """Each test keeps its own state that outlives a stack (the safety latch of real-arm
+    stacks): a latch one test leaves set must not start the next test's gate latched."""
+    monkeypatch.setenv(STATE_DIR_ENV, str(tmp_path_factory.mktemp("vla_runtime_state")))
+
+
 @pytest.fixture(scope="module")
 def torch_one_thread():
     """One torch thread: tiny models run faster without thread hand-offs on a 2-core machine."""
