@@ -63,9 +63,11 @@ def test_latency_recovers_an_injected_camera_delay():
     measured = sim_latency(
         {"scene": str(INJECTED_DELAY_S), "wrist": ""}, steps=2, image_size=64, frames=30
     )
-    # The injected delay is a constant shift: the fastest frames of each camera show it without
-    # the load-dependent render and transport times that spread the medians on a busy host.
-    difference = measured.cameras["scene"]["min_s"] - measured.cameras["wrist"]["min_s"]
+    # The injected delay is a constant shift: the fast frames of each camera show it without the
+    # load-dependent render and transport times that spread the medians on a busy host; the 10th
+    # percentile, not the minimum, so that one late joint state (which shortens one frame's
+    # apparent latency) does not move it.
+    difference = measured.cameras["scene"]["p10_s"] - measured.cameras["wrist"]["p10_s"]
     assert abs(difference - INJECTED_DELAY_S) < DELAY_TOLERANCE_S, measured.cameras
     assert 0.0 < measured.command_to_motion["median_s"] < 0.1, measured.command_to_motion
     assert measured.command_to_image_motion["wrist"]["median_s"] > 0.0

@@ -29,6 +29,7 @@ def summary(samples) -> dict:
         "median_s": float(np.median(values)),
         "p95_s": float(np.percentile(values, 95)),
         "min_s": float(values.min()),
+        "p10_s": float(np.percentile(values, 10)),
         "samples": int(values.size),
     }
 
