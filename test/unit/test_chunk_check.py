@@ -164,10 +164,15 @@ def test_keep_out_box_truncates_where_the_tcp_enters():
     v = check(chunk(ramp(0, 0.2, n=30)), workcell=Workcell(keep_out=(box,), keep_out_margin=0.0))
     assert v.decision == CLIP and len(v.times) == 17
     assert "keep-out box bin" in v.reasons[0]
-    # With the default 8 cm margin for the links' and the hand's width the TCP's point stops
-    # short: at y = 0.02, asin(0.02 / 0.30689) = 0.0652 rad, i.e. at point 4 (0.08 rad).
+    # With the default 12 cm margin for the links' and the hand's width the hand stops short: a
+    # box from y = 0.15 is entered by the TCP's (and the flange's) point at y = 0.03,
+    # asin(0.03 / 0.30689) = 0.0979 rad, i.e. at point 5 (0.10 rad); without it at
+    # asin(0.15 / 0.30689) = 0.5108 rad, point 26.
+    box = Box((0.2, 0.15, 0.45), (0.4, 0.25, 0.52), "bin")
     v = check(chunk(ramp(0, 0.2, n=30)), workcell=Workcell(keep_out=(box,)))
-    assert v.decision == CLIP and len(v.times) == 4
+    assert v.decision == CLIP and len(v.times) == 5
+    v = check(chunk(ramp(0, 0.2, n=30)), workcell=Workcell(keep_out=(box,), keep_out_margin=0.0))
+    assert v.decision == CLIP and len(v.times) == 26
 
 
 def test_violation_at_the_start_is_a_veto():
