@@ -55,16 +55,17 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 class Probe(Recorder):
     """A test-side recorder on the launched stack's domain (sim time): the arm's joints (named
     with `joint_prefix`), driver events; sends trajectories to the arm controller (`jtc`: its
-    name, under `namespace`)."""
+    name, under `namespace`) unless made with `commands=False`."""
 
     joints = ARM
 
     def __init__(
         self, domain_id: int, jtc: str = "fr3_arm_controller", namespace: str = "",
-        joint_prefix: str = "",
+        joint_prefix: str = "", commands: bool = True,
     ):  # fmt: skip
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
+        from trajectory_msgs.msg import JointTrajectory
 
         os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
         super().__init__(PROBE_NODE, domain_id=domain_id, use_sim_time=True)
@@ -73,10 +74,15 @@ class Probe(Recorder):
         self.state_names: list[str] = []  # of the latest joint state
         self.events = self.record(String, "/vla/driver/events", 10, json_data, stamped=False)
         self.node.create_subscription(JointState, f"{namespace}/joint_states", self._on_state, 10)
-        # Created on the first send: a publisher on a driver's command topic that is not its
-        # command_source latches a rogue_publisher fault, even one that never publishes.
+        # A publisher on a driver's command topic that is not its command_source latches a
+        # rogue_publisher fault, even one that never publishes: a probe of a stack whose gate
+        # commands the arm has none. Otherwise it exists from the start, so that the driver
+        # knows it (by node name) before the first trajectory.
         self.jtc_topic = f"{namespace}/{jtc}/joint_trajectory"
         self.jtc = None
+        self._driver_knows_us = False
+        if commands:
+            self.jtc = self.node.create_publisher(JointTrajectory, self.jtc_topic, 10)
 
     def _on_state(self, msg) -> None:
         self.state_names = list(msg.name)
@@ -107,10 +113,22 @@ class Probe(Recorder):
             point.positions = [float(v) for v in q]
             point.time_from_start = Duration(sec=int(t), nanosec=int((t % 1) * 1e9))
             msg.points.append(point)
-        if self.jtc is None:
-            self.jtc = self.node.create_publisher(JointTrajectory, self.jtc_topic, 10)
+        assert self.jtc is not None, "a probe made with commands=False sends nothing"
         assert self.wait(lambda: self.jtc.get_subscription_count() > 0, 60), "no driver"
+        # The driver obeys a publisher once the graph names its node (node names travel apart
+        # from the endpoints): wait until this side names the driver's subscription, and a few
+        # of the driver's 20 Hz graph checks more.
+        if not self._driver_knows_us:
+            assert self.wait(self._driver_named, 60), "the driver's node is not named"
+            self.wait(lambda: False, 0.3)  # the driver's graph checks: nothing to observe
+            self._driver_knows_us = True
         self.jtc.publish(msg)
+
+    def _driver_named(self) -> bool:
+        subscriptions = self.node.get_subscriptions_info_by_topic(self.jtc_topic)
+        return bool(subscriptions) and all(
+            not info.node_name.startswith("_NODE_NAME_UNKNOWN") for info in subscriptions
+        )
 
 
 class URProbe(Probe):

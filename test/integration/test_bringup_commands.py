@@ -154,7 +154,7 @@ def test_the_policy_drives_the_arm_on_prefixed_joint_names():
     names = [f"left_fr3_joint{i}" for i in range(1, 8)]
 
     def probe_factory():
-        probe = Probe(domain, joint_prefix="left_")
+        probe = Probe(domain, joint_prefix="left_", commands=False)  # the gate commands
         probe.checked = probe.record(JointTrajectory, "/vla/checked_chunk", stamped=False)
         probe.commands = probe.record(JointState, "/vla/command", stamped=False)
         probe.safety = probe.record(String, "/vla/safety/events", 100, json_data, stamped=False)
