@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -55,13 +56,13 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 class Probe(Recorder):
     """A test-side recorder on the launched stack's domain (sim time): the arm's joints (named
     with `joint_prefix`), driver events; sends trajectories to the arm controller (`jtc`: its
-    name, under `namespace`) unless made with `commands=False`."""
+    name, under `namespace`) when made with `commands=True`."""
 
     joints = ARM
 
     def __init__(
         self, domain_id: int, jtc: str = "fr3_arm_controller", namespace: str = "",
-        joint_prefix: str = "", commands: bool = True,
+        joint_prefix: str = "", commands: bool = False,
     ):  # fmt: skip
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
@@ -75,9 +76,9 @@ class Probe(Recorder):
         self.events = self.record(String, "/vla/driver/events", 10, json_data, stamped=False)
         self.node.create_subscription(JointState, f"{namespace}/joint_states", self._on_state, 10)
         # A publisher on a driver's command topic that is not its command_source latches a
-        # rogue_publisher fault, even one that never publishes: a probe of a stack whose gate
-        # commands the arm has none. Otherwise it exists from the start, so that the driver
-        # knows it (by node name) before the first trajectory.
+        # rogue_publisher fault, even one that never publishes: only a probe that commands the
+        # arm (the stack's command_source) has one, from the start, so that the driver knows it
+        # (by node name) before the first trajectory.
         self.jtc_topic = f"{namespace}/{jtc}/joint_trajectory"
         self.jtc = None
         self._driver_knows_us = False
@@ -93,7 +94,14 @@ class Probe(Recorder):
         """Send a trajectory from the current position to `goal` and report whether the arm
         is there (1 cm) after it ends."""
         start = self.q.copy()
-        self.send(self.joints, [(seconds / 2, start + (goal - start) / 2), (seconds, goal)])
+        points = [(seconds / 2, start + (goal - start) / 2), (seconds, goal)]
+        # Sent again until the arm starts: a driver drops a publisher's messages until its graph
+        # names the publisher's node, which a loaded host can delay past the first send.
+        deadline = time.monotonic() + 60.0
+        self.send(self.joints, points)
+        while not self.wait(lambda: np.max(np.abs(self.q - start)) > 1e-3, 1.0):
+            assert time.monotonic() < deadline, "the arm never started"
+            self.send(self.joints, points)
         self.spin_sim_seconds(seconds + 1.5)
         return bool(np.max(np.abs(self.q - goal)) < 0.01)
 
@@ -113,7 +121,7 @@ class Probe(Recorder):
             point.positions = [float(v) for v in q]
             point.time_from_start = Duration(sec=int(t), nanosec=int((t % 1) * 1e9))
             msg.points.append(point)
-        assert self.jtc is not None, "a probe made with commands=False sends nothing"
+        assert self.jtc is not None, "only a probe made with commands=True sends"
         assert self.wait(lambda: self.jtc.get_subscription_count() > 0, 60), "no driver"
         # The driver obeys a publisher once the graph names its node (node names travel apart
         # from the endpoints): wait until this side names the driver's subscription, and a few
@@ -138,6 +146,6 @@ class URProbe(Probe):
 
     def __init__(
         self, domain_id: int, jtc: str = "scaled_joint_trajectory_controller",
-        joint_prefix: str = "",
+        joint_prefix: str = "", commands: bool = False,
     ):  # fmt: skip
-        super().__init__(domain_id, jtc, joint_prefix=joint_prefix)
+        super().__init__(domain_id, jtc, joint_prefix=joint_prefix, commands=commands)

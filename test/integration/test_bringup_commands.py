@@ -52,7 +52,7 @@ def test_franka_fake_hardware_command_starts_the_simulated_fr3():
         assert np.allclose(probe.q, HOME, atol=0.02)
         assert probe.moves_to(HOME + np.array([0.2, 0.1, -0.1, 0.2, 0.1, -0.1, 0.2])), probe.q
 
-    run_and_stop(proc, lambda: Probe(domain), check)
+    run_and_stop(proc, lambda: Probe(domain, commands=True), check)
 
 
 def test_ur_mock_hardware_command_starts_the_simulated_ur5e_on_the_chosen_controller():
@@ -72,7 +72,9 @@ def test_ur_mock_hardware_command_starts_the_simulated_ur5e_on_the_chosen_contro
         )
         assert scaled.get_subscription_count() == 0
 
-    run_and_stop(proc, lambda: URProbe(domain, jtc="joint_trajectory_controller"), check)
+    run_and_stop(
+        proc, lambda: URProbe(domain, jtc="joint_trajectory_controller", commands=True), check
+    )
 
 
 def test_franka_namespace_puts_the_simulated_arm_topics_under_it(tmp_path):
@@ -85,7 +87,7 @@ def test_franka_namespace_puts_the_simulated_arm_topics_under_it(tmp_path):
     def check(probe):
         assert probe.moves_to(HOME + np.array([0.1, 0.1, -0.1, 0.1, 0.1, -0.1, 0.1])), probe.q
 
-    run_and_stop(proc, lambda: Probe(domain, namespace="/left"), check)
+    run_and_stop(proc, lambda: Probe(domain, namespace="/left", commands=True), check)
     topics = json.loads(report.read_text())["topics"]
     assert topics["/left/joint_states"]["count"] > 0 and "/joint_states" not in topics
 
@@ -114,7 +116,7 @@ def test_franka_arm_prefix_names_the_simulated_fr3_joints():
         stack="franka",
     )
     fingers = ["left_fr3_finger_joint1", "left_fr3_finger_joint2"]  # franka_description's join
-    run_and_stop(proc, lambda: Probe(domain, joint_prefix="left_"),
+    run_and_stop(proc, lambda: Probe(domain, joint_prefix="left_", commands=True),
                  lambda probe: check_prefixed_arm(probe, HOME, ARM, fingers))  # fmt: skip
 
 
@@ -128,7 +130,7 @@ def test_ur_tf_prefix_names_the_simulated_ur5e_joints():
         stack="ur",
     )
     fingers = ["left_gripper_finger_joint1", "left_gripper_finger_joint2"]
-    run_and_stop(proc, lambda: URProbe(domain, joint_prefix="left_"),
+    run_and_stop(proc, lambda: URProbe(domain, joint_prefix="left_", commands=True),
                  lambda probe: check_prefixed_arm(probe, UR_HOME, UR, fingers))  # fmt: skip
 
 
@@ -154,7 +156,7 @@ def test_the_policy_drives_the_arm_on_prefixed_joint_names():
     names = [f"left_fr3_joint{i}" for i in range(1, 8)]
 
     def probe_factory():
-        probe = Probe(domain, joint_prefix="left_", commands=False)  # the gate commands
+        probe = Probe(domain, joint_prefix="left_")
         probe.checked = probe.record(JointTrajectory, "/vla/checked_chunk", stamped=False)
         probe.commands = probe.record(JointState, "/vla/command", stamped=False)
         probe.safety = probe.record(String, "/vla/safety/events", 100, json_data, stamped=False)

@@ -21,7 +21,7 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     proc, domain = start_launcher("--duration", "20", "--report", str(report_path), *PROBE_COMMANDS)
     probe = None
     try:
-        probe = Probe(domain)
+        probe = Probe(domain, commands=True)
         assert probe.wait(lambda: probe.q is not None, 60), "no /joint_states"
         assert np.allclose(probe.q, HOME, atol=0.02)
 

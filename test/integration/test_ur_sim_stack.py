@@ -21,7 +21,7 @@ def test_ur_sim_stack_follows_the_ur_driver_topics():
     proc, domain = start_launcher("--duration", "300", "use_sim:=true", *PROBE_COMMANDS, stack="ur")
     probe = None
     try:
-        probe = URProbe(domain)
+        probe = URProbe(domain, commands=True)
         forward = probe.node.create_publisher(
             Float64MultiArray, "/forward_position_controller/commands", 10
         )
