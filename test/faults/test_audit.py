@@ -67,6 +67,17 @@ def test_time_to_rest_needs_the_speed_to_stay_low():
     assert time_to_rest(t, velocities, after=0.2, hold_s=5.0) is None
 
 
+def test_a_short_rest_counts_only_when_the_loop_resumed_on_purpose_within_it():
+    t = np.arange(0.0, 1.0, 0.01)
+    speed = np.where((t >= 0.3) & (t < 0.4), 0.0, 0.3)  # 100 ms at rest, then moving again
+    velocities = speed[:, None] * np.ones((1, 3))
+    assert time_to_rest(t, velocities, after=0.1) is None
+    assert time_to_rest(t, velocities, after=0.1, resumed=[0.35]) == pytest.approx(0.2)
+    assert time_to_rest(t, velocities, after=0.1, resumed=[0.6]) is None  # not within the rest
+    turning = np.where((t >= 0.3) & (t < 0.33), 0.0, 0.3)  # a turning point, not a stop
+    assert time_to_rest(t, turning[:, None] * np.ones((1, 3)), 0.1, resumed=[0.31]) is None
+
+
 def test_every_sent_chunk_needs_one_verdict():
     assert unjudged_chunks([1.0, 2.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == [2]
     assert unjudged_chunks([1.0], [1.0, 4.0]) == []

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from vla_runtime.core.overdue import OVERDUE_FACTOR, OVERDUE_SLACK_S
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.streaming.camera_watch import FrozenCameraWatch
 from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.core.streaming.lifecycle import StreamerLifecycle
-from vla_runtime.core.streaming.requests import OVERDUE_FACTOR, OVERDUE_SLACK_S, RequestTracker
+from vla_runtime.core.streaming.requests import RequestTracker
 
 
 def test_an_answer_overdue_by_the_usual_latency_is_given_up_long_before_the_timeout():
@@ -83,3 +84,67 @@ def test_a_frozen_camera_halts_the_streamer_and_stops_its_requests():
     kinds = [e["event"] for e in life.take_events()]
     assert kinds == ["camera_frozen", "halt"]
     assert all(life.tick(0.1 + 0.01 * k)[1] is None for k in range(300))
+
+
+def _warm_tracker_with_milestones() -> RequestTracker:
+    tracker = RequestTracker(warmup=3, timeout_s=2.0)
+    for i in range(3):  # inference 40 ms, transit 5 ms, check 15 ms
+        request = tracker.send(float(i), i)
+        tracker.milestone(request, "engine", i + 0.040)
+        tracker.milestone(request, "safety", i + 0.045)
+        tracker.answered(request, i, now=i + 0.060)
+    return tracker
+
+
+def test_a_chunk_lost_between_engine_and_safety_shows_after_a_usual_transit():
+    tracker = _warm_tracker_with_milestones()
+    request = tracker.send(10.0, 10)
+    tracker.milestone(request, "engine", 10.040)
+    transit_limit = OVERDUE_FACTOR * 0.005 + OVERDUE_SLACK_S  # ~36 ms after the engine sent it
+    assert tracker.expire(10.040 + transit_limit - 0.002) is None
+    overdue = tracker.expire(10.040 + transit_limit + 0.002)
+    assert overdue is not None and overdue.stage == "engine->safety"
+    # the whole answer would have been waited for until 1.25 x 60 ms + 30 ms = 105 ms
+    assert 10.040 + transit_limit + 0.002 < 10.0 + tracker.overdue_after_s()
+
+
+def test_a_received_chunk_is_given_the_usual_check_time_not_the_transit():
+    tracker = _warm_tracker_with_milestones()
+    request = tracker.send(10.0, 10)
+    tracker.milestone(request, "engine", 10.040)
+    tracker.milestone(request, "safety", 10.045)
+    assert tracker.expire(10.090) is None  # 45 ms into a check that usually takes 15
+    overdue = tracker.expire(10.045 + OVERDUE_FACTOR * 0.015 + OVERDUE_SLACK_S + 0.002)
+    assert overdue is not None and overdue.stage == "safety->answered"
+
+
+def test_a_milestone_of_another_request_or_out_of_order_changes_nothing():
+    tracker = _warm_tracker_with_milestones()
+    request = tracker.send(10.0, 10)
+    tracker.milestone(request - 1, "engine", 10.001)  # an old request's
+    tracker.milestone(request, "safety", 10.040)
+    tracker.milestone(request, "engine", 10.041)  # after "safety": ignored
+    assert tracker.expire(10.085) is None  # safety->answered allows ~49 ms from 10.040
+
+
+def test_an_engine_failure_gives_the_pending_request_up_at_once():
+    lifecycle = StreamerLifecycle(StreamerConfig(), load_robot("fr3"), 0.04, 0.03)
+    lifecycle.joint_state(0.0, [0.0] * 7, [0.0] * 7, 0.04)
+    streamer = lifecycle.streamer
+    request = streamer.requests.send(0.1, 10)
+    assert lifecycle.engine_event("inference_failed", request + 1, "other", 0.12) is None
+    assert lifecycle.engine_event("inference_failed", request, "non-finite", 0.12) is not None
+    assert streamer.requests.pending is None and streamer.requests.failed == 1
+    halts = [e for e in lifecycle.take_events() if e["event"] == "halt"]
+    assert [h["reason"] for h in halts] == ["engine_failed"]
+
+
+def test_a_lost_peer_halts_once_and_blocks_requests_until_it_is_back():
+    lifecycle = StreamerLifecycle(StreamerConfig(), load_robot("fr3"), 0.04, 0.03)
+    lifecycle.joint_state(0.0, [0.0] * 7, [0.0] * 7, 0.04)
+    assert lifecycle.peer_lost("engine", 1.0) is not None
+    assert lifecycle.peer_lost("engine", 1.1) is None
+    assert [e["event"] for e in lifecycle.take_events()] == ["engine_lost", "halt"]
+    assert all(lifecycle.tick(1.0 + 0.01 * k)[1] is None for k in range(100))
+    assert lifecycle.peer_alive("engine") is not None
+    assert not lifecycle.peers_lost

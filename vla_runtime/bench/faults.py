@@ -35,7 +35,7 @@ Per fault, from what a recorder node in this process saw:
   passing verdict or a benign event (armed, camera_live, tcp_speed_limited); for kill_driver
   on wall time (sim time stops with the driver); null when nothing reported it;
 - stop_ms: reference -> the simulated arm at rest (every joint < 0.02 rad/s in /joint_states,
-  for 0.2 s); the reference is the onset, or the last fresh command for faults that silence the
+  for 0.2 s, or until the loop resumes on a chunk accepted after the onset); the reference is the onset, or the last fresh command for faults that silence the
   command stream (stop_bound_ms = command timeout + deceleration from the speed at the fault +
   tracking allowance applies there); null for kill_driver (the simulated arm dies with it);
 - chunks_unaccounted: chunks that reached /vla/action_chunk with no verdict in the event log;
@@ -519,7 +519,10 @@ def summarize(window: Window, rec: LoopRecorder, audits: dict, gate: GateOutput,
     stop = None
     if states and window.name != "kill_driver":  # the simulated arm dies with its driver
         times = [s[0] for s in states]
-        stop = time_to_rest(times, [s[2] for s in states], window.reference, REST_SPEED)
+        resumed = [t for t, e in events if t > window.onset and e.get("event") == "chunk"
+                   and e.get("verdict") in ("accept", "clip")]  # fmt: skip
+        stop = time_to_rest(times, [s[2] for s in states], window.reference, REST_SPEED,
+                            resumed=resumed)  # fmt: skip
     verdicts: dict[str, int] = {}
     for _, e in events:
         if e.get("event") == "chunk":

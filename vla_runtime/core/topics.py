@@ -31,6 +31,14 @@ OPERATOR_REASON = "/vla/operator/reason"
 # one and start again from the measured state stamped at or after `stamp`.
 EPISODE = "/vla/episode"
 ENGINE_STATS = "/vla/engine/stats"
+# The engine's word on each request (std_msgs/String, one JSON object, source "engine"):
+# "chunk_sent" (its answer left for the safety node), "inference_failed" (no answer will come
+# from this attempt), "inference_overdue" (the computation takes far longer than usual). The
+# publisher offers a liveliness lease (ros/qos.py with_liveliness), so a dead engine shows at once.
+ENGINE_EVENTS = "/vla/engine/events"
+# The safety node's receipt of each chunk before its check (std_msgs/String, JSON {"request":
+# the chunk's frame id, "stamp"}): the streamer times engine -> safety apart from the check.
+CHUNK_RECEIVED = "/vla/safety/received"
 STREAMER_STATS = "/vla/streamer/stats"
 SAFETY_EVENTS = "/vla/safety/events"
 # Driver-side events (rejected commands, holds): std_msgs/String holding one JSON object.

@@ -29,6 +29,7 @@ from vla_runtime.core.direct_driver import Reconnector
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.ros.messages import trajectory_arguments
 from vla_runtime.ros.parameters import param
+from vla_runtime.ros.qos import with_liveliness
 
 GRAPH_CHECK_PERIOD_S = 0.05  # publishers on the command topics are checked at 20 Hz
 IGNORED_REPORT_EVERY = 250  # an "ignored" event for the first refused message and every n-th
@@ -187,7 +188,7 @@ class CommandTopics:
         """Subscribe the obeyed arm topic of `command_topics` (`params.command_interface`, from
         `params.command_source`); the gripper's, if any, is subscribed by the driver through
         `self.arbiter`. `measured()` is where the arm holds on a rogue publisher."""
-        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, with_liveliness(10))
         self._topics = dict(command_topics)
         self.rearm = Rearm()
         self.arbiter = CommandArbiter(

@@ -39,6 +39,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
+from vla_runtime.ros.qos import with_liveliness
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
 try:  # franka_ros2's message package: a colcon workspace or distribution package, never pip
@@ -95,7 +96,7 @@ class FrankaGripperBridge(RuntimeNode):
         self.counts = {"move": 0, "grasp": 0, "failed": 0, "ignored": 0}
         self._last_failure = ""
         self._warn = ThrottledLog(self.get_logger().warning, period_s=10.0)
-        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, with_liveliness(10))
         self.diagnostics = Diagnostics(self, self.namespace)
         self.diagnostics.add_check("gripper", self._health)
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)

@@ -1,5 +1,7 @@
 """The engine's worker: the newest inputs, and a thread that infers from them whenever the
-trigger says so, so that new frames keep arriving while a chunk is being computed."""
+trigger says so, so that new frames keep arriving while a chunk is being computed. What is
+being computed (`in_flight`) and how long computations usually take (`durations`) let the node
+report one that hangs."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from vla_runtime.core.compute_mode import ComputeMode
+from vla_runtime.core.overdue import DurationWatch
 from vla_runtime.engine.inference import ChunkInference, Inference, InferenceFailure
 from vla_runtime.engine.observation import Frame, Inputs, JointSample
 from vla_runtime.engine.trigger import InferenceRequest, InferenceTrigger
@@ -41,6 +44,9 @@ class InferenceWorker:
         self._instruction = instruction
         self._episode_start = -math.inf
         self._thread = threading.Thread(target=self._work, name="engine-infer", daemon=True)
+        # (the request id it answers, "" for none; monotonic start) while a computation runs
+        self.in_flight: tuple[str, float] | None = None
+        self.durations = DurationWatch(warmup=3)  # s of the policy's successful computations
 
     def start(self) -> None:
         self._thread.start()
@@ -116,11 +122,16 @@ class InferenceWorker:
             inputs = Inputs(
                 dict(self._frames), self._joint_state, self._instruction, self._episode_start
             )
+        started = time.monotonic()
+        self.in_flight = (request.request_id if request is not None else "", started)
         try:
             inference = self.inference.run(inputs, request, self.mode, now)
+            self.durations.append(time.monotonic() - started)
         except InferenceFailure as exc:
             self._fail(exc.kind, exc.message)
             return None
+        finally:
+            self.in_flight = None
         delay_s = inference.injected_delay_s
         if delay_s is not None and self._stop.wait(delay_s):
             return None

@@ -18,6 +18,13 @@ those that arrive while busy); "continuous" infers back-to-back whenever a new f
 non-finite output or an unreachable remote server is logged (throttled) and reported in the
 stats; no chunk is published for it.
 
+/vla/engine/events (std_msgs/String JSON, source "engine", core/topics.py ENGINE_EVENTS) tells
+the streamer about each request at once: "chunk_sent" when its chunk left, "inference_failed"
+when the policy raised or returned an unusable chunk (the request is kept and retried), and
+"inference_overdue" when a computation has run longer than the slowest recent ones by the margin
+of core/overdue.py (a hung remote server, a stalled accelerator). Its publisher offers a
+liveliness lease, so a dead engine is seen within tens of milliseconds.
+
 Arm-state mapping (`engine/state_mapping.py`): the arm joints in the order of `arm_joints` + one
 gripper value from `gripper_joints` ("sum": a two-finger gripper's opening width; "mean"; "none").
 """
@@ -30,6 +37,7 @@ import time
 from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.clock import Clock, ClockType
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -53,17 +61,22 @@ from vla_runtime.ros.messages import (
     chunk_from_msg,
     chunk_msg,
     diagnostics_msg,
+    event_json,
     image_from_msg,
     split_request_frame,
     to_seconds,
 )
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
-from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.qos import LATCHED, with_liveliness
 from vla_runtime.ros.runtime import ThrottledLog, run_node
 
 SETUP_RETRY_S = 2.0  # a remote server that is not up yet is asked again this often
 CAMERA_STOPPED_S = 1.0  # a camera silent this long (or twice max_image_age_s) has stopped
+INFERENCE_WATCH_S = 0.01  # s between looks at the computation in flight
+# Failure kinds after which the request's answer will not come from this attempt (the others
+# wait for data: a stale camera, inputs out of sync).
+REQUEST_FAILURES = ("inference", "output")
 
 
 @dataclass(frozen=True)
@@ -141,6 +154,10 @@ class EngineNode(RuntimeNode):
         self.policy = None
         self._chunk_pub = self.create_publisher(JointTrajectory, topics.ACTION_CHUNK, 10)
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.ENGINE_STATS, 10)
+        self._event_pub = self.create_publisher(String, topics.ENGINE_EVENTS, with_liveliness(100))
+        self._overdue_reported: float | None = None  # start of the computation last reported
+        wall = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(INFERENCE_WATCH_S, self._watch_inference, clock=wall)
         self.create_subscription(String, topics.INSTRUCTION, self._on_instruction, LATCHED)
         self.create_subscription(String, topics.COMPUTE_MODE, self._on_compute_mode, 10)
         self.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
@@ -253,15 +270,39 @@ class EngineNode(RuntimeNode):
         names, stamp = self.mapping.joint_names, inference.newest.capture
         msg = chunk_msg(names, stamp, inference.times, inference.positions, inference.request_id)
         self._chunk_pub.publish(msg)
+        self._event("chunk_sent", inference.request_id, stamp=stamp)
         latency_s = self.worker.inference.record_latency(inference, self.now_s())
         values = self.stats.published(inference, latency_s)
         message = f"chunk {self.stats.chunks_published}"
         self._publish_stats(OK, message, inference.chunk.mode, values)
 
     def _fail(self, kind: str, message: str) -> None:
+        flight = self.worker.in_flight
+        if kind in REQUEST_FAILURES and flight is not None:
+            self._event("inference_failed", flight[0], kind=kind, reason=message[:200])
         error = self.stats.failed(kind, message)
         if self._log_error(error):  # stats as often as the log, not per frame
             self._publish_stats(ERROR, error, self.worker.mode, {})
+
+    def _watch_inference(self) -> None:
+        """Report the computation in flight once it takes far longer than usual."""
+        flight = self.worker.in_flight
+        if flight is None or flight[1] == self._overdue_reported:
+            return
+        request_id, started = flight
+        elapsed = time.monotonic() - started
+        if self.worker.durations.overdue(elapsed):
+            self._overdue_reported = started
+            limit = self.worker.durations.limit_s()
+            self._event("inference_overdue", request_id, reason=f"{1e3 * elapsed:.0f} ms, usually "
+                        f"under {1e3 * limit:.0f} ms", waited_ms=1e3 * elapsed)  # fmt: skip
+
+    def _event(self, event: str, request_id: str, **fields) -> None:
+        try:
+            self._event_pub.publish(String(data=event_json(
+                {"event": event, "request": request_id, **fields}, "engine")))  # fmt: skip
+        except Exception:  # context shut down during close
+            pass
 
     def _camera_health(self):
         """ERROR when a camera stopped: no inference can be fresh without it."""

@@ -63,7 +63,7 @@ from vla_runtime.ros.messages import (
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
-from vla_runtime.ros.qos import LATCHED, SCENE_STATE
+from vla_runtime.ros.qos import LATCHED, SCENE_STATE, with_liveliness
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
 
@@ -160,7 +160,9 @@ class SafetyNode(RuntimeNode):
         if "gripper" in controllers:
             gripper_topic = topics.forward_command(controllers["gripper"])
             self._gripper_pub = self.create_publisher(Float64MultiArray, gripper_topic, 10)
-        self._checked_pub = self.create_publisher(JointTrajectory, topics.CHECKED_CHUNK, 10)
+        self._received_pub = self.create_publisher(String, topics.CHUNK_RECEIVED, 100)
+        self._checked_pub = self.create_publisher(JointTrajectory, topics.CHECKED_CHUNK,
+                                                   with_liveliness(10))  # fmt: skip
         self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
         self._latch_pub = self.create_publisher(Bool, topics.ESTOP_STATE, LATCHED)
         self._latch_pub.publish(Bool(data=latched is not None))
@@ -351,6 +353,8 @@ class SafetyNode(RuntimeNode):
 
     # -- chunks ------------------------------------------------------------------------------
     def _on_chunk(self, msg: JointTrajectory) -> None:
+        receipt = {"request": msg.header.frame_id, "stamp": to_seconds(msg.header.stamp)}
+        self._received_pub.publish(String(data=json.dumps(receipt)))
         reports = self.chunks.submit(msg, to_seconds(msg.header.stamp), msg.header.frame_id)
         self._publish_events(reports, "chunk_check")
 

@@ -27,8 +27,14 @@ Watchdogs (core/streaming/lifecycle.py), each reported as JSON (source "streamer
 /vla/safety/events and each halting the plan so that the command brakes to rest at once: an
 answer overdue by the engine's usual latency (asked again at once), frozen images on the
 `cameras` it watches (/vla/cameras/<name>/image_raw; no requests until they are live again),
-and no joint state for `state_silence_s` of wall time (a dead driver stops /clock too, so sim
-time cannot measure its silence). A plan that runs dry while the command moves is reported.
+no joint state for `state_silence_s` of wall time (a dead driver stops /clock too, so sim
+time cannot measure its silence), the engine reporting an attempt failed or overdue on
+/vla/engine/events (asked again at once), a stage of the answer taking far longer than usual
+(request -> the engine's chunk sent -> the safety node's receipt on /vla/safety/received ->
+checked chunk: core/streaming/requests.py), and the engine, the safety node or the driver lost:
+the liveliness lease their /vla/engine/events, /vla/checked_chunk and /vla/driver/events
+publishers offer (ros/qos.py) lapsed, which DDS reports within tens of milliseconds of a
+process's death. A plan that runs dry while the command moves is reported.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.clock import Clock, ClockType
+from rclpy.event_handler import QoSLivelinessChangedInfo, SubscriptionEventCallbacks
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
@@ -76,7 +83,7 @@ from vla_runtime.ros.messages import (
 )
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
-from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.qos import LATCHED, with_liveliness
 from vla_runtime.ros.runtime import DeadlineThread, ThrottledLog, run_node
 
 TICK_SOURCES = ("auto", "thread", "timer")
@@ -158,9 +165,20 @@ class StreamerNode(RuntimeNode):
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
         self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
         self.diagnostics = Diagnostics(self)
-        self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10,
-                                         MAX_CHUNK_BYTES, self._refuse_chunk)  # fmt: skip
+        self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk,
+                                         with_liveliness(10), MAX_CHUNK_BYTES, self._refuse_chunk,
+                                         event_callbacks=self._liveliness("safety"))  # fmt: skip
         self.create_subscription(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
+        self.create_subscription(String, topics.CHUNK_RECEIVED, self._on_safety_receipt, 100)
+        self.create_subscription(
+            String,
+            topics.ENGINE_EVENTS,
+            self._on_engine_event,
+            with_liveliness(100),
+            event_callbacks=self._liveliness("engine"),
+        )
+        self.create_subscription(String, topics.DRIVER_EVENTS, lambda _: None, with_liveliness(100),
+                                 event_callbacks=self._liveliness("driver"))  # fmt: skip
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
@@ -293,6 +311,34 @@ class StreamerNode(RuntimeNode):
         if kind is not None:
             self._log(self.lifecycle.gate_event(kind, self.now_s()))
 
+    def _on_engine_event(self, msg: String) -> None:
+        event = json_object(msg.data)
+        if event is None:
+            return
+        request_id = parse_request_id(str(event.get("request", "")))
+        detail = str(event.get("reason", ""))[:200]
+        self._log(self.lifecycle.engine_event(str(event.get("event")), request_id, detail,
+                                              self.now_s()))  # fmt: skip
+        self._publish_events()
+
+    def _on_safety_receipt(self, msg: String) -> None:
+        receipt = json_object(msg.data)
+        if receipt is not None:
+            request_id = parse_request_id(str(receipt.get("request", "")))
+            self.lifecycle.milestone(request_id, "safety", self.now_s())
+
+    def _liveliness(self, peer: str) -> SubscriptionEventCallbacks:
+        """Callbacks telling the lifecycle when the publisher `peer` is lost or back."""
+
+        def changed(info: QoSLivelinessChangedInfo) -> None:
+            if info.alive_count > 0:
+                self._log(self.lifecycle.peer_alive(peer))
+            elif info.alive_count_change < 0:
+                self._log(self.lifecycle.peer_lost(peer, self.now_s()))
+                self._publish_events()
+
+        return SubscriptionEventCallbacks(liveliness=changed)
+
     def _log(self, notice: Notice | None) -> None:
         # One call per severity: rclpy refuses a call site that logs at two severities.
         if notice is None:
@@ -330,13 +376,18 @@ class StreamerNode(RuntimeNode):
         self.publish_stats()
 
 
-def gate_event_kind(text: str) -> str | None:
-    """The kind of a safety gate event (source "gate") from its JSON, else None."""
+def json_object(text: str) -> dict | None:
     try:
         event = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(event, dict) or event.get("source") != "gate":
+    return event if isinstance(event, dict) else None
+
+
+def gate_event_kind(text: str) -> str | None:
+    """The kind of a safety gate event (source "gate") from its JSON, else None."""
+    event = json_object(text)
+    if event is None or event.get("source") != "gate":
         return None
     kind = event.get("event")
     return kind if isinstance(kind, str) else None

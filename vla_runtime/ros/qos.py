@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.duration import Duration
+from rclpy.qos import DurabilityPolicy, LivelinessPolicy, QoSProfile, ReliabilityPolicy
 
 
 def latched(depth: int = 1) -> QoSProfile:
@@ -18,3 +19,17 @@ LATCHED = latched()
 # The sim scene's state: a stream where only the newest message matters (its subscribers').
 SCENE_STATE = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
 SCENE_STATE_PUBLISHER = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+
+# A stream whose publisher's death must show within tens of milliseconds: DDS asserts the
+# publisher's liveliness from its own threads (a busy Python process does not miss it), and a
+# SIGKILLed one is reported in ~35 ms here. A subscriber asks for the same lease; one with the
+# default QoS (recorders) still receives it.
+LIVELINESS_LEASE_S = 0.1
+
+
+def with_liveliness(depth: int) -> QoSProfile:
+    return QoSProfile(
+        depth=depth,
+        liveliness=LivelinessPolicy.AUTOMATIC,
+        liveliness_lease_duration=Duration(seconds=LIVELINESS_LEASE_S),
+    )

@@ -2,7 +2,11 @@
 
 The arm follows a setpoint through the model's position actuators. The setpoint comes from the
 active trajectory (sampled every 1 ms physics step), from the last forward position command, or
-is held. A rejected command returns its reason and freezes the setpoint where it is, stopping any
+is held. Like a robot's joint controller, the servo is fed the setpoint's velocity as well (the
+trajectory's, or a forward command's step over its interval, for that interval): a position
+actuator kp (q_d - q) - kv dq alone lags a moving setpoint by kv/kp (0.1 s on the FR3) and coasts
+on for as long after the setpoint stops, where the real arm tracks within milliseconds.
+A rejected command returns its reason and freezes the setpoint where it is, stopping any
 trajectory in progress. Not thread-safe: callers serialise access (the driver node holds a lock).
 
 Like the real arm, the simulator refuses motion beyond the robot's joint velocity and
@@ -77,6 +81,9 @@ class Simulator:
         self._gripper_actuator = model.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(model)
         self._finger_step = max_finger_speed(self.robot) * self.dt  # opening per physics step
+        # ctrl = q_d + kv/kp dq_d turns kp (ctrl - q) - kv dq into kp (q_d - q) + kv (dq_d - dq)
+        gains = model.actuator_gainprm[self._arm_actuators, 0]
+        self._velocity_lead_s = -model.actuator_biasprm[self._arm_actuators, 2] / gains
         self._cube_qpos = [model.joint(name).qposadr[0] for name in cube_names(config)]
         self._cube_qvel = [model.joint(name).dofadr[0] for name in cube_names(config)]
         self.max_width = self.robot.gripper_max_width
@@ -146,16 +153,19 @@ class Simulator:
         runs (like a 1 kHz controller manager)."""
         model, data = self.model, self.data
         sampler = self._sampler
+        if sampler is None and self._forward_until is not None:
+            n = self._run_forward_step(n)
         if sampler is None and self._finger_opening == self._finger_goal:
             mujoco.mj_step(model, data, n)
             return
         ctrl = data.ctrl
         arm = self._arm_actuators
+        lead = self._velocity_lead_s
         with_finger = sampler is not None and self._sampler_has_finger
         for _ in range(n):
             if sampler is not None:
-                p = sampler.position(data.time + self.dt)
-                ctrl[arm] = p[arm]
+                p, v, _ = sampler.sample(data.time + self.dt)
+                ctrl[arm] = p[arm] + lead * v[arm]
                 if with_finger:
                     self._finger_goal = float(p[-1])
             self._ramp_finger()
@@ -267,6 +277,9 @@ class Simulator:
             )
         self._forward.accepted(now, self.setpoint)
         self._freeze(target)
+        # The step's velocity leads the servo for the interval it was judged over.
+        self._forward_until = now + dt
+        self.data.ctrl[self._arm_actuators] = target + self._velocity_lead_s * (target - start) / dt
         return None
 
     def set_gripper(self, width: float) -> str | None:
@@ -334,11 +347,24 @@ class Simulator:
             self.data.ctrl[self._gripper_actuator] / self._ctrl_per_opening
         )  # the actuator's target now, and where the hand is moving it
         self._hold_positions = home
+        self._forward_until: float | None = None  # a forward command's velocity leads until then
         self.fault: str | None = None  # the latched reflex, until recover() or a reset
         self._forward = ForwardStream(min_dt=self.dt)
         mujoco.mj_forward(self.model, self.data)
 
     # -- internals ---------------------------------------------------------------------------
+    def _run_forward_step(self, n: int) -> int:
+        """Step physics while a forward command's velocity still leads the servo (up to `n`
+        steps, fingers following), then hold its position; returns the steps left."""
+        ahead = max(0, math.ceil((self._forward_until - self.data.time) / self.dt - 1e-9))
+        for _ in range(min(n, ahead)):
+            self._ramp_finger()
+            mujoco.mj_step(self.model, self.data)
+        if n >= ahead:
+            self._forward_until = None
+            self.data.ctrl[self._arm_actuators] = self._hold_positions
+        return n - min(n, ahead)
+
     def _ramp_finger(self) -> None:
         """One physics step of the hand's own controller toward the commanded opening."""
         self._finger_opening = finger_toward(
@@ -398,4 +424,5 @@ class Simulator:
         self._sampler = None
         self._sampler_has_finger = False
         self._hold_positions = arm
+        self._forward_until = None
         self.data.ctrl[self._arm_actuators] = arm

@@ -151,11 +151,16 @@ def _indices(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.nonzero(mask)[0])
 
 
+RESUMED_REST_S = 0.05
+
+
 def time_to_rest(
-    times, velocities, after: float, threshold: float = 0.02, hold_s: float = 0.2
+    times, velocities, after: float, threshold: float = 0.02, hold_s: float = 0.2, resumed=()
 ) -> float | None:
     """Seconds from `after` until the measured joint speed stays below `threshold` (rad/s, every
-    joint) for `hold_s`; None if it never does within the record."""
+    joint) for `hold_s`, or for at least RESUMED_REST_S until the loop resumed on purpose (one of
+    the `resumed` times, e.g. a fresh chunk accepted after a transient fault, lies within the
+    rest: a turning point of the motion is shorter); None if it never does within the record."""
     t = np.asarray(times, dtype=float)
     speed = np.abs(np.asarray(velocities, dtype=float)).max(axis=1)
     keep = t >= after
@@ -167,7 +172,8 @@ def time_to_rest(
             return None
         nxt = moving[moving >= i]
         until = t[nxt[0]] if len(nxt) else t[-1]
-        if until - t[i] >= hold_s:
+        rest = until - t[i]
+        if rest >= hold_s or (rest >= RESUMED_REST_S and any(t[i] <= r <= until for r in resumed)):
             return float(t[i] - after)
     return None
 

@@ -41,7 +41,10 @@ class GateConfig:
     control_period_s: float = CONTROL_PERIOD_S  # s between outputs (the control rate)
     command_timeout_s: float = 0.1  # s without a fresh command before the gate stops the arm
     start_tolerance: float = 0.05  # rad: an arming command must be this close to the state
-    state_timeout_s: float = 0.5  # s without a joint state before the gate stops the arm
+    # s without a joint state before the gate stops the arm: drivers publish at 100 Hz to 1 kHz,
+    # so this is many lost states, and it keeps the stop inside the 100 ms a fault may take to
+    # be noticed.
+    state_timeout_s: float = 0.08
     # s a joint state's stamp may lie ahead of now (clock skew between driver and gate); one
     # further ahead is refused, or its age would read negative and blind the watchdog.
     max_state_lead_s: float = 0.05

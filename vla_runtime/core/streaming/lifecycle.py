@@ -3,11 +3,13 @@ an episode that has every arm joint (and, following a speed scaling source, once
 known: the plan's pace is unknown before), holds that measured state until a chunk arrives,
 moves a held command to the arm a safety stop left elsewhere, and starts again at each episode
 reset. It also runs the watchdogs that need more than the plan: frozen cameras (no requests,
-and chunks refused, until every camera is live again) and silent joint states, each halting the
-plan (the command brakes to rest). `take_events()` hands their reports to the node. A stop of
-the safety gate (e-stop, command timeout, lost state) halts the plan too, and nothing is asked
-for or merged until the gate arms again: the held command then resyncs to the arm where the
-gate stopped it, which is what the gate re-arms on.
+and chunks refused, until every camera is live again), silent joint states, a node of the loop
+lost (engine, safety node or driver: its liveliness lease expired; no requests until it is
+back) and the engine's own word that an attempt failed or hangs (asked again at once), each
+halting the plan (the command brakes to rest). `take_events()` hands their reports to the
+node. A stop of the safety gate (e-stop, command timeout, lost state) halts the plan too, and
+nothing is asked for or merged until the gate arms again: the held command then resyncs to the
+arm where the gate stopped it, which is what the gate re-arms on.
 Thread-safe: the control tick runs on a thread of its own."""
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from vla_runtime.core.streaming.streamer import (
 
 INFO, WARNING, REPEATED = "info", "warning", "repeated"
 GATE_STOPS = ("estop", "command_timeout", "state_lost")  # gate events that stop the arm
+# The engine's events (core/topics.py ENGINE_EVENTS) that give up the pending request, and the
+# halt each is reported as.
+ENGINE_FAILURES = {"inference_failed": "engine_failed", "inference_overdue": "inference_overdue"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class StreamerLifecycle:
         self.measured_arm: np.ndarray | None = None
         self.states_lost = False
         self.gate_stopped: str | None = None  # the gate's stop event until it arms again
+        self.peers_lost: set[str] = set()  # nodes of the loop whose liveliness lapsed
         self._events: list[dict] = []
         self._lock = threading.Lock()
 
@@ -91,7 +97,8 @@ class StreamerLifecycle:
                 return None
             streamer.check_overdue(now)
             setpoint = streamer.tick(now)
-            blind = bool(self.cameras.frozen) or self.states_lost or bool(self.gate_stopped)
+            blind = (bool(self.cameras.frozen) or self.states_lost or bool(self.gate_stopped)
+                     or bool(self.peers_lost))  # fmt: skip
             wanted = not blind and streamer.want_request(now)
             request = streamer.make_request(now) if wanted else None
         return setpoint, request
@@ -228,6 +235,48 @@ class StreamerLifecycle:
                 return None
             self.states_lost = False
         return Notice(INFO, "joint states back")
+
+    def peer_lost(self, peer: str, now: float) -> Notice | None:
+        """The node `peer` ("engine", "safety", "driver") stopped asserting its liveliness:
+        halt once, ask for nothing until it is back."""
+        with self._lock:
+            if peer in self.peers_lost:
+                return None
+            self.peers_lost.add(peer)
+            self._events.append({"event": f"{peer}_lost", "stamp": now})
+            if self.streamer is not None:
+                self.streamer.halt(now, f"{peer}_lost")
+        return Notice(WARNING, f"{peer} lost (its liveliness lease lapsed): holding")
+
+    def peer_alive(self, peer: str) -> Notice | None:
+        with self._lock:
+            if peer not in self.peers_lost:
+                return None
+            self.peers_lost.discard(peer)
+        return Notice(INFO, f"{peer} alive again")
+
+    def milestone(self, request_id: int | None, name: str, now: float) -> None:
+        """The answer to `request_id` reached `name` ("engine", "safety") at `now`."""
+        with self._lock:
+            if self.streamer is not None:
+                self.streamer.requests.milestone(request_id, name, now)
+
+    def engine_event(self, kind: str, request_id: int | None, detail: str,
+                     now: float) -> Notice | None:  # fmt: skip
+        """An event of the engine (core/topics.py ENGINE_EVENTS) about `request_id`, received
+        at `now`."""
+        with self._lock:
+            streamer = self.streamer
+            if streamer is None:
+                return None
+            if kind == "chunk_sent":
+                streamer.requests.milestone(request_id, "engine", now)
+                return None
+            reason = ENGINE_FAILURES.get(kind)
+            if reason is None or not streamer.engine_failed(now, request_id, reason,
+                                                             detail=detail):  # fmt: skip
+                return None
+        return Notice(WARNING, f"engine: {kind} for request {request_id} ({detail}): asking again")
 
     def gate_event(self, kind: str, now: float) -> Notice | None:
         """An event of the safety gate: a stop halts the plan until the gate arms again."""

@@ -213,9 +213,17 @@ class ActionStreamer:
         overdue = self.requests.expire(now)
         if overdue is None:
             return False
-        self.halt(now, "chunk_overdue", request=overdue.request_id,
+        self.halt(now, "chunk_overdue", request=overdue.request_id, stage=overdue.stage,
                   waited_ms=1e3 * overdue.waited_s,
                   expected_ms=1e3 * overdue.expected_s)  # fmt: skip
+        return True
+
+    def engine_failed(self, now: float, request_id: int | None, reason: str, **numbers) -> bool:
+        """The engine reports its attempt at the pending request failed or hangs: halt and ask
+        again at once (False: not the pending request, nothing done)."""
+        if not self.requests.engine_failed(request_id):
+            return False
+        self.halt(now, reason, request=request_id, **numbers)
         return True
 
     def events(self) -> list[dict]:

@@ -56,7 +56,7 @@ from vla_runtime.ros.messages import to_time, trajectory_arguments
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import declare, joint_prefix_param, on_run_time_set, param
-from vla_runtime.ros.qos import LATCHED, SCENE_STATE_PUBLISHER
+from vla_runtime.ros.qos import LATCHED, SCENE_STATE_PUBLISHER, with_liveliness
 from vla_runtime.ros.runtime import run_node
 from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import SceneConfig
@@ -121,7 +121,7 @@ class SimDriverNode(RuntimeNode):
             Float64MultiArray, topics.SIM_SCENE_STATE, SCENE_STATE_PUBLISHER
         )
         self._xml_pub = self.create_publisher(String, topics.SIM_SCENE_XML, LATCHED)
-        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, 10)
+        self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, with_liveliness(10))
         trajectory = robot.controller("trajectory", params.trajectory_controller)
         scaling_topic = broadcast_topic(params.speed_scaling_topic, trajectory)
         self._scaling_pub = (
