@@ -182,16 +182,18 @@ def test_command_timeout_decelerates_to_rest_within_limits():
     goal[6] += 1.0
     run.send(goal)
     last_command = run.now
-    run.tick(60)  # 0.24 s: timeout after 0.1 s, while the joint is still speeding up
+    run.tick(60)  # 0.24 s: timeout after 0.09 s, while the joint is still speeding up
     timeout = run.event("command_timeout")
-    assert timeout["stamp"] == pytest.approx(last_command + 0.1 + T)
-    # Accelerating at 10 rad/s^2 for the 25 ticks between the command and the detection.
+    limit = GateConfig().command_timeout_s
+    ticks = math.floor(limit / T + 1e-9) + 1  # the first tick past the limit notices it
+    assert timeout["stamp"] == pytest.approx(last_command + ticks * T)
+    # Accelerating at 10 rad/s^2 for the ticks between the command and the detection.
     speed = timeout["speed_rad_s"]
-    assert speed == pytest.approx(10.0 * 25 * T)
+    assert speed == pytest.approx(10.0 * (ticks - 1) * T)
     stopped = run.event("stopped")
     # The step ending at the detection tick already slows down: speed / a_max - T.
     assert stopped["decel_ms"] == pytest.approx(1e3 * (speed / 10.0 - T))
-    assert stopped["stop_ms"] == pytest.approx(100.0 + stopped["decel_ms"], abs=1e3 * T)
+    assert stopped["stop_ms"] == pytest.approx(1e3 * limit + stopped["decel_ms"], abs=1e3 * T)
     assert run.gate.mode == STOPPING and not run.gate.moving
     held = run.outputs[-1]
     run.tick(10)
@@ -264,7 +266,9 @@ def test_a_clock_jumping_backwards_does_not_blind_the_watchdog():
     jump = run.event("clock_jump")
     assert jump["jump_s"] == pytest.approx(-2.0 + T)
     timeout = run.event("command_timeout")
-    assert timeout["stamp"] - jump["stamp"] == pytest.approx(0.1, abs=T + 1e-9)
+    assert timeout["stamp"] - jump["stamp"] == pytest.approx(
+        GateConfig().command_timeout_s, abs=T + 1e-9
+    )
     assert run.gate.mode == STOPPING and not run.gate.moving
     assert_within_limits(run.outputs)
 

@@ -21,26 +21,33 @@ with use_sim), `--command-interface` how the gate drives it.
 Per fault, from what a recorder node in this process saw:
 - onset: when the fault reaches the loop, not when the bench switches it on: the first chunk
   the injector withholds or delays, the first frozen frame, command or joint state withheld,
-  the first NaN chunk on /vla/action_chunk, the hung policy call's start, the SIGKILL, the e-stop
+  the first NaN chunk on /vla/action_chunk (the policy's first NaN answer, as the engine
+  refuses those), the hung policy call's start, the SIGKILL, the e-stop
   press, the rogue's first message;
 - unsafe_commands: the safety gate's arm commands (on the topic of the stack's
   command_interface) that break the manufacturers' published limits (config/limits/<robot>.yaml,
   core/safety/manufacturer_limits.py: no gate margin, position-dependent velocity limits where
-  published) by finite differences one gate period apart (a restarted gate is judged across its
-  gap); unsafe_commands_gate_table judges the same commands against the gate's own table
-  (config/robots/<robot>.yaml, positions less the margin);
+  published) by finite differences one gate period apart (after a pause of the gate's output,
+  a restart or a wait to re-arm longer than the command timeout, the first command is judged
+  across the pause: the driver held the arm meanwhile); unsafe_commands_gate_table judges the
+  same commands against the gate's own table (config/robots/<robot>.yaml, positions less the
+  margin);
 - detection_ms: onset -> the first report of a fault on /vla/safety/events (the chunk check's
   veto/stale verdicts, the gate's events, the streamer's watchdogs: overdue answer, frozen
   camera, silent joint states, a halted or dried-up plan) or /vla/driver/events, anything but a
   passing verdict or a benign event (armed, camera_live, tcp_speed_limited); for kill_driver
   on wall time (sim time stops with the driver); null when nothing reported it;
 - stop_ms: reference -> the simulated arm at rest (every joint < 0.02 rad/s in /joint_states,
-  for 0.2 s, or until the loop resumes on a chunk accepted after the onset); the reference is the onset, or the last fresh command for faults that silence the
-  command stream (stop_bound_ms = command timeout + deceleration from the speed at the fault +
+  for 0.2 s, or at least 50 ms until the loop resumes on a chunk accepted after the onset);
+  the reference is the onset, or the last fresh command for faults that silence the command
+  stream (stop_bound_ms = command timeout + deceleration from the speed at the fault +
   tracking allowance applies there); null for kill_driver (the simulated arm dies with it);
 - chunks_unaccounted: chunks that reached /vla/action_chunk with no verdict in the event log;
+- resumed_before_rest_ms: reference -> a chunk accepted after the reaction, when the loop
+  resumed on it before the arm came to rest (a transient fault that cleared while the arm braked);
 - met: detection_ms <= 100 (not applicable to the baseline, nor to a ride-through fault nothing
-  reported), stop_ms <= 300 (not applicable to faults the loop rides through without stopping),
+  reported), stop_ms <= 300 (not applicable to faults the loop rides through without stopping,
+  nor when it resumed within 300 ms, before the arm was at rest),
   unsafe_commands 0, chunks_unaccounted 0.
 Times are sim time (the driver's /joint_states stamps, immune to the /clock faults).
 """
@@ -65,6 +72,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.bench.progress import bench_bar, step
 from vla_runtime.core import topics
 from vla_runtime.core.help_text import help_summary
+from vla_runtime.core.overdue import DURATION_WINDOW
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
 from vla_runtime.core.safety.manufacturer_limits import (
@@ -124,7 +132,7 @@ RIDE_THROUGH = {"baseline", "delay_50ms", "drop_1", "clock_jump_back", "malforme
 REST_SPEED = 0.02  # rad/s: the arm counts as at rest below this on every joint
 MOVING_SPEED = 0.05  # rad/s: the loop counts as running above this
 FAST_SPEED = 0.25  # rad/s: faults strike once a joint moves this fast (the sway peaks at 0.31)
-SETTLE_ALLOWANCE_S = 0.4  # s: the sim arm's servo settling on a held setpoint (~0.35 s measured)
+SETTLE_ALLOWANCE_S = 0.2  # s: the sim arm coming to rest on a held setpoint (~0.1 s measured)
 # commands go stale or stop
 SILENCING = {"kill_streamer", "kill_safety", "clock_jump_ahead", "drop_commands"}
 
@@ -322,6 +330,7 @@ class Window:
     operator: tuple[bool, str] | None = None  # the operator's reset or recovery, when asked
 
 
+ONSET_SKEW_S = 0.01  # s: one joint state period of the simulated driver
 DROP_WAIT_PER_CHUNK_S = 5.0  # > the streamer's request timeout (2 s) + an inference
 ONSET_TIMEOUT_S = 5.0  # s of wall time for a fault to reach the loop once switched on
 OPERATOR = "fault bench: the injected fault is over"
@@ -397,10 +406,10 @@ def inject(name: str, loop: Loop) -> Window:
         rec.faults.bad_clock(2.0 if name.endswith("ahead") else -2.0)
     elif name == "hang_engine":
         loop.policy.misbehave("hang")
-        rec.wait(lambda: loop.policy.hung_since is not None, ONSET_TIMEOUT_S)
-        if loop.policy.hung_since is not None:
+        rec.wait(lambda: loop.policy.misbehaving_since is not None, ONSET_TIMEOUT_S)
+        if loop.policy.misbehaving_since is not None:
             # the hung call would have answered after the engine's usual latency
-            onset = rec.sim_at(loop.policy.hung_since)
+            onset = rec.sim_at(loop.policy.misbehaving_since)
     elif name == "nan_policy":
         loop.policy.misbehave("nan")
         found: list[float] = []
@@ -409,7 +418,13 @@ def inject(name: str, loop: Loop) -> Window:
             found[:] = [t for t, bad in rec.nan_chunks[marks["nan_chunks"] :] if bad][:1]
             return bool(found)
 
-        onset = found[0] if rec.wait(nan_seen, ONSET_TIMEOUT_S) else None
+        # The engine refuses a non-finite chunk, so none may reach /vla/action_chunk: the fault
+        # then reaches the loop when the policy's first NaN answer leaves it.
+        rec.wait(lambda: nan_seen() or loop.policy.misbehaving_since is not None, ONSET_TIMEOUT_S)
+        if found:
+            onset = found[0]
+        elif loop.policy.misbehaving_since is not None:
+            onset = rec.sim_at(loop.policy.misbehaving_since)
     elif name == "estop":
         rec.faults.press_estop()
     elif name == "rogue_publisher":
@@ -507,22 +522,31 @@ def summarize(window: Window, rec: LoopRecorder, audits: dict, gate: GateOutput,
     events += [(t, e) for t, e in rec.driver_events[m["driver_events"] :] if t <= window.end]
     events.sort(key=lambda te: te[0])
     deadline = window.onset + settings["observe_s"]
+    # The recorder's sim time lags the nodes' by up to a joint state period: a reaction stamped
+    # that much before the onset answers it.
     reaction = next(((t, e) for t, e in events
-                     if window.onset <= t <= deadline and _reaction(e)), None)  # fmt: skip
-    detection = None if reaction is None else 1e3 * (reaction[0] - window.onset)
+                     if window.onset - ONSET_SKEW_S <= t <= deadline and _reaction(e)),
+                    None)  # fmt: skip
+    detection = None if reaction is None else 1e3 * max(reaction[0] - window.onset, 0.0)
     if window.onset_wall is not None and window.name == "kill_driver":
         # sim time stops with the driver: detection on wall time
         walls = [(w, e) for w, e in rec.wall_events[m["wall_events"] :] if w >= window.onset_wall]
         first = next(((w, e) for w, e in walls if _reaction(e)), None)
         reaction = first
         detection = None if first is None else 1e3 * (first[0] - window.onset_wall)
-    stop = None
+    stop = resumed_ms = None
     if states and window.name != "kill_driver":  # the simulated arm dies with its driver
         times = [s[0] for s in states]
         resumed = [t for t, e in events if t > window.onset and e.get("event") == "chunk"
                    and e.get("verdict") in ("accept", "clip")]  # fmt: skip
         stop = time_to_rest(times, [s[2] for s in states], window.reference, REST_SPEED,
                             resumed=resumed)  # fmt: skip
+        if reaction is not None and window.name != "kill_driver":
+            # A transient fault may clear while the arm brakes: a chunk accepted after the
+            # reaction then resumes the loop before the arm is at rest, and there is no stop.
+            after = [t for t in resumed if t >= reaction[0]]
+            if after and (stop is None or window.reference + stop > after[0]):
+                resumed_ms = 1e3 * (after[0] - window.reference)
     verdicts: dict[str, int] = {}
     for _, e in events:
         if e.get("event") == "chunk":
@@ -537,6 +561,7 @@ def summarize(window: Window, rec: LoopRecorder, audits: dict, gate: GateOutput,
         "detection_ms": None if detection is None else round(detection, 1),
         "reaction": None if reaction is None else _describe(reaction[1]),
         "stop_ms": None if stop is None else round(1e3 * stop, 1),
+        "resumed_before_rest_ms": None if resumed_ms is None else round(resumed_ms, 1),
         "unsafe_commands": unsafe.get("manufacturer"),
         "unsafe_commands_gate_table": unsafe["gate_table"],
         "commands": window.end_outputs - m["outputs"],
@@ -568,11 +593,12 @@ def _met(result: dict) -> dict:
     simulated driver leaves no arm to measure)."""
     name = result["fault"]
     detection = result["detection_ms"]
-    stop = result["stop_ms"]
+    stop, resumed = result["stop_ms"], result["resumed_before_rest_ms"]
+    resumed_in_time = resumed is not None and resumed <= STOP_TARGET_MS
     met = {
         "detection": None if name == "baseline" or (name in RIDE_THROUGH and detection is None)
         else (detection is not None and detection <= DETECTION_TARGET_MS),
-        "stop": None if name in RIDE_THROUGH or name == "kill_driver" else (
+        "stop": None if name in RIDE_THROUGH or name == "kill_driver" or resumed_in_time else (
             stop is not None and stop <= STOP_TARGET_MS),
         "unsafe_commands": result["unsafe_commands"] == 0,
         "chunks_unaccounted": result["chunks_unaccounted"] == 0,
@@ -657,6 +683,10 @@ def run_bench(
                 f"the loop did not start moving in {startup_timeout_s:.0f} s; dead: {dead}; "
                 + " | ".join(f"{n}: {list(procs[n].tail)[-5:]}" for n in (dead or ["safety"]))
             )
+        # Faults strike a loop in steady state: the watchdogs' usual durations (core/overdue.py)
+        # then no longer hold the start's one-off costs (imports, first inferences).
+        steady = len(rec.chunks) + DURATION_WINDOW
+        rec.wait(lambda: len(rec.chunks) >= steady, startup_timeout_s)
         say(f"loop running after {time.monotonic() - started:.0f} s")
         for name in faults:
             with step(bar, name):
@@ -679,7 +709,7 @@ def run_bench(
         server.close()
         claim.release()
 
-    segment_starts, gaps = _restarts(windows, rec)
+    segment_starts, gaps = _restarts(windows, rec, gate.command_timeout_s)
     outputs = [o for _, o in rec.outputs]
     audits = {"gate_table": audit_commands(outputs, arm, gate.control_period_s, segment_starts,
                                            gaps)}  # fmt: skip
@@ -743,19 +773,23 @@ def run_bench(
     }
 
 
-def _restarts(windows: list[Window], rec: LoopRecorder) -> tuple[list[int], list[float]]:
-    """Indices of the first command of each restarted gate, and how long the arm held before."""
-    starts, gaps = [], []
+def _restarts(windows: list[Window], rec: LoopRecorder,
+              silence_s: float) -> tuple[list[int], list[float]]:  # fmt: skip
+    """Indices of the first command after each pause of the gate's output (a restarted gate, or
+    one that sent nothing for longer than `silence_s` while it waited to re-arm), and how long
+    the arm held before: the driver holds its last setpoint meanwhile."""
     times = [t for t, _ in rec.outputs]
+    firsts = set()
     for w in windows:
         if w.safety_down is None:
             continue
         first = next((i for i in range(w.marks["outputs"], len(times))
                       if times[i] > w.safety_down[0] + 0.05), None)  # fmt: skip
         if first is not None and first > 0:
-            starts.append(first)
-            gaps.append(times[first] - times[first - 1])
-    return starts, gaps
+            firsts.add(first)
+    firsts |= {i for i in range(1, len(times)) if times[i] - times[i - 1] > silence_s}
+    starts = sorted(firsts)
+    return starts, [times[i] - times[i - 1] for i in starts]
 
 
 def fault_names(text: str | None, quick: bool) -> tuple[str, ...] | str:

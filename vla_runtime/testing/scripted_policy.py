@@ -32,7 +32,8 @@ class SwayPolicy:
         self.amplitude = np.zeros(self.dof)
         self.amplitude[: min(self.dof, len(amplitude))] = amplitude[: self.dof]
         self.misbehaviour: str | None = None
-        self.hung_since: float | None = None  # monotonic s the first hung call began
+        # monotonic s the misbehaviour began: the first hung call's start, the first NaN answer
+        self.misbehaving_since: float | None = None
         self._released = threading.Event()
         self._released.set()
         self.omega = 2 * math.pi / period_s
@@ -44,7 +45,7 @@ class SwayPolicy:
         if kind is not None and kind not in MISBEHAVIOURS:
             raise ValueError(f"misbehaviour must be one of {MISBEHAVIOURS} or None, got {kind!r}")
         self.misbehaviour = kind
-        self.hung_since = None
+        self.misbehaving_since = None
         if kind == "hang":
             self._released.clear()
         else:
@@ -56,8 +57,8 @@ class SwayPolicy:
     def infer(self, observation: Observation, compute_mode: ComputeMode = ComputeMode(),
               plan=None, noise_scale=None) -> ActionChunk:  # fmt: skip
         if self.misbehaviour == "hang":
-            if self.hung_since is None:
-                self.hung_since = time.monotonic()
+            if self.misbehaving_since is None:
+                self.misbehaving_since = time.monotonic()
             self._released.wait(HANG_LIMIT_S)
         spec = self.spec
         state = np.asarray(observation.state, dtype=float)
@@ -70,4 +71,6 @@ class SwayPolicy:
         actions = np.hstack([arm, gripper]).astype(np.float32)
         if self.misbehaviour == "nan":
             actions[len(actions) // 2 :, 0] = np.nan
+            if self.misbehaving_since is None:
+                self.misbehaving_since = time.monotonic()
         return ActionChunk(actions=actions, stamp=start, mode=compute_mode)
