@@ -165,20 +165,15 @@ class StreamerNode(RuntimeNode):
         self._stats_pub = self.create_publisher(DiagnosticArray, topics.STREAMER_STATS, 10)
         self._event_pub = self.create_publisher(String, topics.SAFETY_EVENTS, 100)
         self.diagnostics = Diagnostics(self)
-        self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk,
-                                         with_liveliness(10), MAX_CHUNK_BYTES, self._refuse_chunk,
-                                         event_callbacks=self._liveliness("safety"))  # fmt: skip
+        self.create_bounded_subscription(JointTrajectory, topics.CHECKED_CHUNK, self._on_chunk, 10,
+                                         MAX_CHUNK_BYTES, self._refuse_chunk)  # fmt: skip
         self.create_subscription(String, topics.SAFETY_EVENTS, self._on_safety_event, 100)
         self.create_subscription(String, topics.CHUNK_RECEIVED, self._on_safety_receipt, 100)
-        self.create_subscription(
-            String,
-            topics.ENGINE_EVENTS,
-            self._on_engine_event,
-            with_liveliness(100),
-            event_callbacks=self._liveliness("engine"),
-        )
-        self.create_subscription(String, topics.DRIVER_EVENTS, lambda _: None, with_liveliness(100),
-                                 event_callbacks=self._liveliness("driver"))  # fmt: skip
+        self.create_subscription(String, topics.ENGINE_EVENTS, self._on_engine_event, 100)
+        for msg_type, topic, peer in ((JointTrajectory, topics.CHECKED_CHUNK, "safety"),
+                                      (String, topics.ENGINE_EVENTS, "engine"),
+                                      (String, topics.DRIVER_EVENTS, "driver")):  # fmt: skip
+            self._watch_liveliness(msg_type, topic, peer)
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
@@ -327,8 +322,11 @@ class StreamerNode(RuntimeNode):
             request_id = parse_request_id(str(receipt.get("request", "")))
             self.lifecycle.milestone(request_id, "safety", self.now_s())
 
-    def _liveliness(self, peer: str) -> SubscriptionEventCallbacks:
-        """Callbacks telling the lifecycle when the publisher `peer` is lost or back."""
+    def _watch_liveliness(self, msg_type, topic: str, peer: str) -> None:
+        """Tell the lifecycle when the publisher `peer` on `topic` is lost or back. A second
+        subscription, asking for the lease that only the runtime's own nodes offer: the one
+        that takes the data keeps the default QoS, so that any publisher (a test's, a replay)
+        still reaches it."""
 
         def changed(info: QoSLivelinessChangedInfo) -> None:
             if info.alive_count > 0:
@@ -337,7 +335,9 @@ class StreamerNode(RuntimeNode):
                 self._log(self.lifecycle.peer_lost(peer, self.now_s()))
                 self._publish_events()
 
-        return SubscriptionEventCallbacks(liveliness=changed)
+        events = SubscriptionEventCallbacks(liveliness=changed, incompatible_qos=lambda _: None)
+        self.create_subscription(msg_type, topic, lambda _: None, with_liveliness(1), raw=True,
+                                 event_callbacks=events)  # fmt: skip
 
     def _log(self, notice: Notice | None) -> None:
         # One call per severity: rclpy refuses a call site that logs at two severities.

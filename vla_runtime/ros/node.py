@@ -108,8 +108,7 @@ class RuntimeNode(Node):
         kwargs.setdefault("event_callbacks", PublisherEventCallbacks(use_default_callbacks=False))
         return super().create_publisher(*args, **kwargs)
 
-    def create_bounded_subscription(self, msg_type, topic, callback, qos, max_bytes, refuse,
-                                    **options):  # fmt: skip
+    def create_bounded_subscription(self, msg_type, topic, callback, qos, max_bytes, refuse):
         """A subscription whose messages are judged by their serialized size before they are
         deserialized: one over `max_bytes` goes to `refuse(reason)` unread (rclpy would spend
         seconds turning a 100 000-point trajectory into Python objects on the node's only
@@ -122,7 +121,7 @@ class RuntimeNode(Node):
                 return
             callback(deserialize_message(data, msg_type))
 
-        return self.create_subscription(msg_type, topic, on_serialized, qos, raw=True, **options)
+        return self.create_subscription(msg_type, topic, on_serialized, qos, raw=True)
 
     def now_s(self) -> float:
         """The node's clock in seconds (sim time under `use_sim_time`: 0 until the first /clock)."""
