@@ -159,7 +159,8 @@ def test_joint_limit_truncates_before_the_first_offending_point():
 
 def test_keep_out_box_truncates_where_the_tcp_enters():
     # Joint 1 at 0.2 rad/s: the TCP (radius 0.30689 m, z 0.487) reaches y = 0.1 at
-    # asin(0.1 / 0.30689) = 0.3319 rad, i.e. at point 17 (0.34 rad).
+    # asin(0.1 / 0.30689) = 0.3319 rad, i.e. at point 17 (0.34 rad). The hand's outline is no
+    # keep-out point (the margin covers the hand).
     box = Box((0.2, 0.1, 0.45), (0.4, 0.2, 0.52), "bin")
     v = check(chunk(ramp(0, 0.2, n=30)), workcell=Workcell(keep_out=(box,), keep_out_margin=0.0))
     assert v.decision == CLIP and len(v.times) == 17
@@ -183,7 +184,7 @@ def test_violation_at_the_start_is_a_veto():
 
 def test_workcell_geometry_table_workspace_and_self_clearance():
     cell = Workcell()
-    arm = np.array([[[0.5, 0.0, 0.3], [0.5, 0.0, 0.004]]])  # one point 4 mm above the table
+    arm = np.array([[[0.5, 0.0, 0.3], [0.5, 0.0, 0.001]]])  # one point 1 mm above the table
     hand = np.array([[[0.5, 0.0, 0.3], [1.0, 0.0, 0.3]], [[0.05, 0.05, 0.2], [0.5, 0, 0.3]]])
     found = {name: (mask.tolist(), worst) for name, mask, worst in cell.violations(arm, hand)}
     assert found["table clearance"] == ([True], pytest.approx(0.001))

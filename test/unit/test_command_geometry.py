@@ -63,10 +63,11 @@ def workcells(robot, qs: np.ndarray) -> dict[str, Workcell]:
     """Workcells whose boundaries cut through the sampled configurations (quantiles of where
     their points lie), each stressing one constraint: workspace planes, table, a keep-out box,
     the base column."""
-    arm, hand = arm_and_hand_points(chain_for(robot.name).points(qs))
+    frames, outline = ChainPoints(chain_for(robot.name)).frames(qs)
+    arm, hand = arm_and_hand_points(frames)
     tcp = hand[:, -1]
     wide = box_planes(tcp.min(axis=0) - 1.0, tcp.max(axis=0) + 1.0)
-    lowest = arm[..., 2].min(axis=1)
+    lowest = np.concatenate([arm, outline], axis=1)[..., 2].min(axis=1)
     radial = np.linalg.norm(hand[..., :2], axis=-1).min(axis=1)
     centre = np.median(tcp, axis=0)
     free = dict(table_height=lowest.min() - 1.0, base_height=-1.0)  # neither binds
@@ -124,8 +125,8 @@ def test_batch_gives_each_configuration_its_own_reason_and_number(name):
         assert len(refused) > 5, label
         for q, reason in refused:
             # Workcell.violations on this configuration alone: its first kind and number.
-            arm, hand = arm_and_hand_points(chain_for(name).points(q[None]))
-            kind, _, worst = workcell.violations(arm, hand)[0]
+            frames, outline = ChainPoints(chain_for(name)).frames(q[None])
+            kind, _, worst = workcell.violations(*arm_and_hand_points(frames), outline)[0]
             number = "" if kind.startswith("keep-out") else f": {worst:.3f} m"
             assert reason.startswith(kind + number), (label, reason, worst)
 
@@ -152,14 +153,42 @@ def hand_at_height(z: float) -> np.ndarray:
 
 
 def test_hand_3_cm_below_the_table_top_is_refused_with_the_table_reason():
-    # The TCP is the lowest arm point: 0.03 m below the top + 0.005 m clearance.
-    assert geometry().position_violation(hand_at_height(-0.03)) == "table clearance: 0.035 m below"
+    # The fingertips, 9 mm beyond the TCP, are the lowest points: 0.039 m below the top, plus
+    # the 0.002 m clearance.
+    assert geometry().position_violation(hand_at_height(-0.03)) == "table clearance: 0.041 m below"
 
 
 def test_table_clearance_is_kept_to_the_millimetre():
     g = geometry(Workcell(table_height=0.1, table_clearance=0.01))
-    assert g.position_violation(hand_at_height(0.111)) is None
-    assert g.position_violation(hand_at_height(0.109)) == "table clearance: 0.001 m below"
+    assert g.position_violation(hand_at_height(0.120)) is None
+    assert g.position_violation(hand_at_height(0.118)) == "table clearance: 0.001 m below"
+
+
+def test_fingertips_below_the_clearance_refuse_a_tcp_above_it():
+    # TCP 9 mm above the table (7 mm over the 2 mm clearance), fingertips at the top: both the
+    # command geometry and the chunk checker refuse it; with the TCP at 12 mm (fingertips 3 mm
+    # up, as the demonstrations grasp) both let it be.
+    checker = ChunkChecker(FR3, FRANKA, ChunkCheckConfig())
+    low, clear = hand_at_height(0.009), hand_at_height(0.012)
+    assert arm_and_hand_points(FRANKA.points(low))[0][..., 2].min() > 0.002 + 0.006
+    assert geometry().position_violation(low) == "table clearance: 0.002 m below"
+    assert chunk_refusal(checker, low) == "table clearance"
+    assert geometry().position_violation(clear) is None
+    assert chunk_refusal(checker, clear) is None
+
+
+def test_the_hand_outline_spans_the_robots_gripper_stroke():
+    for name in ("fr3", "panda"):
+        robot = load_robot(name)
+        assert chain_for(name).hand.stroke == robot.gripper_max_width / 2
+    outline = ChainPoints(FRANKA).frames(HOME[None])[1][0]
+    # Pointing down, the fingertips' corners are the lowest, 9 mm beyond the TCP; across the
+    # closing direction they reach one finger's stroke plus the finger's 27 mm.
+    tcp = FRANKA.tcp_position(HOME)
+    np.testing.assert_allclose(outline[8:, 2], tcp[2] - 0.009, atol=1e-12)
+    assert np.linalg.norm(outline[8:, :2] - tcp[:2], axis=1).max() == pytest.approx(
+        math.hypot(0.011, 0.04 + 0.027)
+    )
 
 
 def test_workspace_plane_and_keep_out_box_reasons_name_the_constraint():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mujoco
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from vla_runtime.core.kinematics import FRANKA, cartesian_path
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.workspace import Box, Workcell, box_planes
-from vla_runtime.sim.consequence import ConsequenceChecker, ConsequenceConfig
+from vla_runtime.sim.consequence import BLOCK, ConsequenceChecker, ConsequenceConfig
 from vla_runtime.sim.scene import build_scene
 from vla_runtime.sim.workcell import SceneConfig
 
@@ -93,3 +95,58 @@ def test_leaving_the_workspace_is_a_hazard(scene):
     low_ceiling = box_planes((-0.25, -0.8, -0.05), (0.95, 0.8, 0.6))
     result = rollout(scene, [[0.3, 0.0, 0.7]], workcell=Workcell(workspace=low_ceiling))
     assert any("TCP leaves the workspace (z <= 0.6)" in h for h in result.hazards)
+
+
+def table_press(model):
+    """A chunk driving the hand 4 cm into the table (1 s), and a checker of its own."""
+    spot = np.array([0.45, -0.2, 0.0])
+    path = cartesian_path(FRANKA, HOME, [spot + [0, 0, 0.1], spot - [0, 0, 0.04]], 10)
+    return ConsequenceChecker(model, ROBOT, ConsequenceConfig()), DT * np.arange(1, 21), path
+
+
+def counting_steps(monkeypatch) -> list:
+    steps = []
+    step = mujoco.mj_step
+    monkeypatch.setattr(mujoco, "mj_step", lambda m, d: (steps.append(1), step(m, d)))
+    return steps
+
+
+def test_a_rollout_stops_within_a_block_of_checks_after_its_first_hazard(scene):
+    model, qpos = scene
+    checker, times, path = table_press(model)
+    result = checker.rollout(qpos, np.zeros(7), times, path)
+    every = checker.config.check_every * checker.config.timestep
+    assert 0.5 < result.first_hazard_s < times[-1]
+    assert result.first_hazard_s <= checker.data.time <= result.first_hazard_s + BLOCK * every
+    # The forces it judged are MuJoCo's own, contact by contact.
+    forces = np.zeros(6)
+    expected = []
+    for i in range(checker.data.ncon):
+        mujoco.mj_contactForce(checker.model, checker.data, i, forces)
+        expected.append(abs(forces[0]))
+    assert len(expected) > 0
+    np.testing.assert_allclose(checker._normal_forces(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_prefix_of_the_last_chunk_resumes_its_rollout_bit_for_bit(scene, monkeypatch):
+    model, qpos = scene
+    checker, times, path = table_press(model)
+    full = checker.rollout(qpos, np.zeros(7), times, path)
+    keep = int(np.count_nonzero(times < full.first_hazard_s - 0.1))  # as rollout_verdict cuts
+    steps = counting_steps(monkeypatch)
+    resumed = checker.rollout(qpos, np.zeros(7), times[:keep], path[:keep])
+    fresh_checker = ConsequenceChecker(model, ROBOT, ConsequenceConfig())
+    fresh = fresh_checker.rollout(qpos, np.zeros(7), times[:keep], path[:keep])
+    # The fresh rollout's steps, less the checks before the prefix's last point.
+    cfg = ConsequenceConfig()
+    check_s = cfg.check_every * cfg.timestep
+    skipped = cfg.check_every * (math.ceil(times[keep - 1] / check_s - 1e-9) - 1)
+    n_steps = math.ceil((times[keep - 1] + cfg.settle_s) / cfg.timestep - 1e-9)
+    assert len(steps) == 2 * n_steps - skipped
+    assert (resumed.hazards, resumed.numbers) == (fresh.hazards, fresh.numbers)
+    np.testing.assert_array_equal(checker.data.qpos, fresh_checker.data.qpos)
+    np.testing.assert_array_equal(checker.data.qvel, fresh_checker.data.qvel)
+    # From another arm velocity it is another simulation: no resuming.
+    steps.clear()
+    checker.rollout(qpos, np.full(7, 0.01), times[:keep], path[:keep])
+    assert len(steps) == n_steps

@@ -10,6 +10,7 @@ import pytest
 
 from vla_runtime.core.kinematics import FRANKA, UR5E, chain_for, tcp_speeds
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.safety.command_geometry import ChainPoints
 from vla_runtime.sim.scene import franky_fr3_assets
 
 TCP_BEYOND_HAND = 0.1034
@@ -45,6 +46,51 @@ def test_fr3_flange_and_tcp_match_mujoco_within_1mm(fr3_model):
         assert np.linalg.norm(t - (hand_pos + TCP_BEYOND_HAND * hand_rot[:, 2])) < 1e-3
         # The hand frame (rotated -45 deg about the flange) is the TCP orientation.
         assert np.abs(pose[:3, :3] - hand_rot).max() < 1e-6
+
+
+def hand_collision_points(model, data) -> np.ndarray:
+    """Every vertex of the hand's and fingers' collision geoms (meshes, boxes), base frame."""
+    bodies = {model.body(name).id for name in ("hand", "left_finger", "right_finger")}
+    corners = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
+    out = []
+    for g in range(model.ngeom):
+        if model.geom_bodyid[g] not in bodies or not model.geom_contype[g]:
+            continue
+        if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH:
+            mesh = model.geom_dataid[g]
+            start = model.mesh_vertadr[mesh]
+            local = model.mesh_vert[start : start + model.mesh_vertnum[mesh]]
+        else:
+            assert model.geom_type[g] == mujoco.mjtGeom.mjGEOM_BOX
+            local = corners * model.geom_size[g]
+        out.append(local @ data.geom_xmat[g].reshape(3, 3).T + data.geom_xpos[g])
+    return np.vstack(out)
+
+
+def test_fr3_hand_outline_reaches_as_low_as_the_hands_collision_geometry(fr3_model):
+    model, data = fr3_model
+    rng = np.random.default_rng(5)
+    qs = random_configurations("fr3", 300, seed=5)
+    home = np.array(load_robot("fr3").home)
+    down = np.tile(home, (50, 1))  # the hand pointing straight down, turned about its axis
+    down[:, 6] = rng.uniform(-2.9, 2.9, 50)
+    _, outlines = ChainPoints(FRANKA).frames(np.vstack([qs, down]))
+    gaps = []
+    for q, outline in zip(np.vstack([qs, down]), outlines, strict=True):
+        data.qpos[:7] = q
+        data.qpos[7:9] = rng.uniform(0.0, FRANKA.hand.stroke)  # either opening: the whole stroke
+        mujoco.mj_kinematics(model, data)
+        gaps.append(hand_collision_points(model, data)[:, 2].min() - outline[:, 2].min())
+    gaps = np.array(gaps)
+    # Never above the real lowest point; below it by the boxes' corners (up to 3 cm for a hand
+    # on its side), by under 0.5 mm pointing down, where the fingertips are 9 mm past the TCP.
+    assert gaps.min() >= -1e-4
+    assert gaps.max() < 0.035
+    assert gaps[len(qs) :].max() < 5e-4
+    data.qpos[:7] = home
+    mujoco.mj_kinematics(model, data)
+    tcp_z = FRANKA.tcp_position(home)[2]
+    assert tcp_z - hand_collision_points(model, data)[:, 2].min() == pytest.approx(0.0089, abs=2e-4)
 
 
 def test_fr3_joint_origins_match_mujoco_link_bodies(fr3_model):

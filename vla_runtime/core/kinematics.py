@@ -34,6 +34,32 @@ def _fixed(rot_x: float = 0.0, x: float = 0.0, rot_z: float = 0.0, z: float = 0.
 
 
 @dataclass(frozen=True)
+class Hand:
+    """A parallel gripper's extent in its TCP frame (m; z along the approach, the fingers
+    closing along y): the palm's box and each finger's box over the whole stroke. However the
+    hand is turned, none of it lies lower than the lowest of `outline`'s corners; pointing
+    down, those are the fingertips', beyond the TCP."""
+
+    palm_lo: tuple[float, float, float]
+    palm_hi: tuple[float, float, float]
+    finger_half_x: float  # a finger's half-width across the closing direction
+    finger_y: tuple[float, float]  # its inner and outer faces beyond one finger's opening
+    finger_tip: float  # z of the fingertips
+    stroke: float  # one finger's largest opening
+
+    def outline(self) -> Array:
+        """(16, 3): the palm's 8 corners, then the fingertips' corners (x, inner face when
+        closed and outer face fully open, of either finger)."""
+        palm = [(x, y, z) for x in (self.palm_lo[0], self.palm_hi[0])
+                for y in (self.palm_lo[1], self.palm_hi[1])
+                for z in (self.palm_lo[2], self.palm_hi[2])]  # fmt: skip
+        inner, outer = self.finger_y[0], self.stroke + self.finger_y[1]
+        tips = [(x, side * y, self.finger_tip) for x in (-self.finger_half_x, self.finger_half_x)
+                for side in (-1.0, 1.0) for y in (inner, outer)]  # fmt: skip
+        return np.array(palm + tips, dtype=float)
+
+
+@dataclass(frozen=True)
 class DHChain:
     """A serial arm: DH rows (a, d, alpha) per joint, then fixed flange and tool transforms.
 
@@ -48,6 +74,7 @@ class DHChain:
     modified: bool
     flange: Array  # 4x4, last joint frame -> flange
     tool: Array  # 4x4, flange -> TCP
+    hand: Hand | None = None  # the gripper around the TCP; None: nothing beyond the TCP
 
     @property
     def dof(self) -> int:
@@ -106,6 +133,17 @@ def tcp_speeds(chain: DHChain, times, q) -> Array:
 
 
 _HALF_PI = math.pi / 2
+# The Franka Hand's collision geometry (franky-sim fr3.xml, meshes hand and finger, finger
+# pads), measured in the TCP frame: the fingertips end 9 mm beyond the TCP, the palm is
+# 0.21 m long across the fingers.
+FRANKA_HAND = Hand(
+    palm_lo=(-0.032, -0.104, -0.130),
+    palm_hi=(0.032, 0.104, -0.037),
+    finger_half_x=0.011,
+    finger_y=(0.0015, 0.027),
+    finger_tip=0.009,
+    stroke=0.04,
+)
 # Franka docs (Craig's modified DH); the hand's TCP is 0.1034 m beyond the flange, the hand
 # rotated -45 degrees about the flange z axis.
 FRANKA = DHChain(
@@ -116,6 +154,7 @@ FRANKA = DHChain(
     modified=True,
     flange=_fixed(z=0.107),
     tool=_fixed(rot_z=-math.pi / 4, z=0.1034),
+    hand=FRANKA_HAND,
 )
 # Universal Robots' published UR5e DH parameters (standard convention); TCP = flange (no tool).
 UR5E = DHChain(

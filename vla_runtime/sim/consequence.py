@@ -32,6 +32,10 @@ TABLE_TOP = Box(
     "table top",
 )
 
+# Object places and the TCP are judged this many checks at a time (one array pass per block,
+# not per check); a hazard ends the rollout within one block.
+BLOCK = 10
+IGNORED, TABLE, OTHER = 0, 1, 2  # how a contact is judged
 TCP_BEYOND_HAND = 0.1034  # m along the hand's z axis (Franka hand TCP)
 # The base stands on the table: its resting contact is not a collision.
 BOLTED_BODIES = ("base", "fr3_link0")
@@ -39,7 +43,7 @@ BOLTED_BODIES = ("base", "fr3_link0")
 
 @dataclass(frozen=True)
 class ConsequenceConfig:
-    timestep: float = 0.002  # s; coarser than the driver's 1 ms, for speed
+    timestep: float = 0.0025  # s; coarser than the driver's 1 ms, for speed
     settle_s: float = 0.2  # s simulated after the last point
     max_contact_force: float = 40.0  # N, robot against an object or itself
     max_table_force: float = 10.0  # N, robot against the table or floor
@@ -59,6 +63,26 @@ class Consequence:
         return not self.hazards
 
 
+@dataclass
+class _Run:
+    """A rollout's inputs and, per check, what it saw and the state after it: a later rollout
+    of a prefix of the same chunk from the same state resumes from them."""
+
+    qpos: np.ndarray
+    arm_velocity: np.ndarray
+    times: np.ndarray  # with the start at 0
+    path: np.ndarray  # (len(times), dof)
+    openings: np.ndarray | None
+    start: _Start
+    check_t: np.ndarray  # (checks,) s
+    states: np.ndarray  # (checks, state size)
+    places: np.ndarray  # (checks, objects, 3)
+    tcp: np.ndarray  # (checks, 3)
+    forces: np.ndarray  # (checks, 2): the hardest press on the table, the hardest other contact
+    contact_hazards: dict[int, dict] = field(default_factory=dict)  # check: hazards
+    checked: int = 0  # checks judged free of hazards
+
+
 class ConsequenceChecker:
     def __init__(self, model: mujoco.MjModel, robot: RobotConfig, config: ConsequenceConfig):
         self.config = config
@@ -70,26 +94,33 @@ class ConsequenceChecker:
         self._arm_qpos = [m.joint(j).qposadr[0] for j in robot.joints]
         self._arm_dof = [m.joint(j).dofadr[0] for j in robot.joints]
         self._arm_actuators = [m.actuator(j).id for j in robot.joints]
-        first = self._arm_actuators[0]
-        if self._arm_actuators == list(range(first, first + len(robot.joints))):
-            self._arm_actuators = slice(first, first + len(robot.joints))  # a view: faster
         self._gripper = m.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(m)
         self._finger_step = max_finger_speed(robot) * config.timestep  # as the hand moves them
-        root = m.body(BOLTED_BODIES[0]).id
-        self._robot_bodies = {b for b in range(m.nbody) if _has_ancestor(m, b, root)}
-        self._bolted = {m.body(name).id for name in BOLTED_BODIES}
-        self._static = {m.geom(name).id for name in ("table", "floor")}
+        self._pair_kind, self._geom_robot = _pair_kinds(m)
+        self._elliptic = m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
+        # Per constraint type: whose rows sum to a contact's normal force.
+        self._summed_rows = np.zeros(len(mujoco.mjtConstraint.__members__), bool)
+        self._summed_rows[mujoco.mjtConstraint.mjCNSTR_CONTACT_FRICTIONLESS] = True
+        self._summed_rows[mujoco.mjtConstraint.mjCNSTR_CONTACT_PYRAMIDAL] = True
         # Free bodies are the objects whose fate matters.
         free = [j for j in range(m.njnt) if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
         self._object_names = [m.body(m.jnt_bodyid[j]).name for j in free]
         self._object_qpos = np.array([m.jnt_qposadr[j] + np.arange(3) for j in free], int)
         self._object_qpos = self._object_qpos.reshape(len(free), 3)
-        workspace = config.workcell.workspace
-        self._plane_normals = np.array([p.normal for p in workspace], float).reshape(-1, 3)
-        self._plane_offsets = np.array([p.offset for p in workspace], float)
+        workcell = config.workcell
+        # The regions objects are judged against: the table top (leaving it is the hazard),
+        # then each keep-out box (entering one is).
+        self._boxes = workcell.keep_out
+        self._region_lo = np.array([r.lo for r in (config.object_region, *self._boxes)], float)
+        self._region_hi = np.array([r.hi for r in (config.object_region, *self._boxes)], float)
+        self._entering = np.arange(len(self._region_lo)) > 0
+        self._plane_normals = np.array([p.normal for p in workcell.workspace], float).reshape(-1, 3)
+        self._plane_offsets = np.array([p.offset for p in workcell.workspace], float)
         self._hand = m.body("hand").id
-        self._force = np.zeros(6)
+        self._state_kind = mujoco.mjtState.mjSTATE_INTEGRATION
+        self._state_size = mujoco.mj_stateSize(m, self._state_kind)
+        self._last: _Run | None = None
 
     @classmethod
     def from_xml(cls, xml: str, robot: RobotConfig, config: ConsequenceConfig):
@@ -101,109 +132,225 @@ class ConsequenceChecker:
         """Simulate from the full generalized positions `qpos` (arm moving at `arm_velocity`)
         through the chunk: `times` (s from now, increasing, > 0) and `arm_positions` (n, dof)
         in robot joint order; `gripper_openings` (n,), the chunk's gripper column (one finger's
-        opening in m), or None to keep the gripper."""
+        opening in m), or None to keep the gripper.
+
+        The result ends at the first check that sees a hazard: what follows changes neither
+        whether nor when, and the simulation stops within BLOCK checks of it. A prefix of the
+        previous rollout's chunk from the same state (the chunk truncated before its hazard)
+        resumes the previous simulation from its last hazard-free check before the prefix
+        ends: up to there, both are the same simulation."""
         cfg, m, d = self.config, self.model, self.data
+        qpos = np.array(qpos, dtype=float)
+        arm_velocity = np.array(arm_velocity, dtype=float)
+        times = np.concatenate([[0.0], np.asarray(times, dtype=float)])
+        path = np.vstack([qpos[self._arm_qpos], np.asarray(arm_positions, dtype=float)])
+        openings = None
+        if gripper_openings is not None:
+            openings = np.asarray(gripper_openings, dtype=float)
+            openings = np.concatenate([openings[:1], openings])
+        n_steps = int(np.ceil((times[-1] + cfg.settle_s) / cfg.timestep))
+        step_times = cfg.timestep * np.arange(1, n_steps + 1)
+        ctrl = self._controls(d.ctrl.size, step_times, times, path, openings)
+        run = self._resumed(qpos, arm_velocity, times, path, openings)
+        if run is None:
+            run = self._start(
+                qpos, arm_velocity, times, path, openings, -(-n_steps // cfg.check_every)
+            )
+        check = judged = run.checked
+        for step in range(check * cfg.check_every, n_steps):
+            d.ctrl[:] = ctrl[step]
+            mujoco.mj_step(m, d)
+            last = step + 1 == n_steps
+            if (step + 1) % cfg.check_every and not last:
+                continue
+            self._record(run, check, float(step_times[step]))
+            check += 1
+            if check - judged == BLOCK or last:
+                hazard = self._first_hazard(run, judged, check)
+                if hazard is not None:
+                    return self._result(run, hazard + 1, hazard)
+                run.checked = judged = check
+        return self._result(run, check, None)
+
+    # -- the simulation ----------------------------------------------------------------------
+    def _controls(self, nu: int, step_times, times, path, openings) -> np.ndarray:
+        """(steps, nu): the arm following the path linearly interpolated, the gripper the
+        openings at the hand's speed, the rest as a reset leaves it (0)."""
+        ctrl = np.zeros((len(step_times), nu))
+        for k, column in enumerate(path.T):
+            ctrl[:, self._arm_actuators[k]] = np.interp(step_times, times, column)
+        if openings is not None:
+            goal = np.interp(step_times, times, openings)
+            moved = rate_limited(goal, openings[0], self._finger_step)
+            ctrl[:, self._gripper] = self._ctrl_per_opening * moved
+        return ctrl
+
+    def _start(self, qpos, arm_velocity, times, path, openings, checks: int) -> _Run:
+        """The scene at `qpos`, the arm moving at `arm_velocity` and commanded where it is."""
+        m, d = self.model, self.data
         mujoco.mj_resetData(m, d)
         d.qpos[:] = qpos
         d.qvel[self._arm_dof] = arm_velocity
-        start = d.qpos[self._arm_qpos].copy()
-        times = np.concatenate([[0.0], np.asarray(times, dtype=float)])
-        path = np.vstack([start, np.asarray(arm_positions, dtype=float)])
-        d.ctrl[self._arm_actuators] = start
-        if gripper_openings is not None:
-            openings = np.concatenate([[gripper_openings[0]], np.asarray(gripper_openings, float)])
+        d.ctrl[self._arm_actuators] = path[0]
         mujoco.mj_forward(m, d)
-        start_objects = _Start(d.qpos[self._object_qpos], cfg)
+        places = d.qpos[self._object_qpos]
+        start = _Start(places, _inside(places[None], self._region_lo, self._region_hi)[0])
+        self._last = _Run(
+            qpos, arm_velocity, times, path, openings, start, np.empty(checks),
+            np.empty((checks, self._state_size)), np.empty((checks, *places.shape)),
+            np.empty((checks, 3)), np.empty((checks, 2)),
+        )  # fmt: skip
+        return self._last
 
-        hazards: dict[str, str] = {}
-        first_hazard = None
-        numbers = {"max_contact_n": 0.0, "max_table_contact_n": 0.0, "max_object_shift_m": 0.0}
-        n_steps = int(np.ceil((times[-1] + cfg.settle_s) / cfg.timestep))
-        step_times = cfg.timestep * np.arange(1, n_steps + 1)
-        arm_ctrl = np.column_stack([np.interp(step_times, times, col) for col in path.T])
-        if gripper_openings is not None:
-            gripper_ctrl = self._ctrl_per_opening * rate_limited(
-                np.interp(step_times, times, openings), openings[0], self._finger_step
-            )
-        for step in range(n_steps):
-            d.ctrl[self._arm_actuators] = arm_ctrl[step]
-            if gripper_openings is not None:
-                d.ctrl[self._gripper] = gripper_ctrl[step]
-            mujoco.mj_step(m, d)
-            if (step + 1) % cfg.check_every == 0 or step + 1 == n_steps:
-                t = float(step_times[step])
-                self._check_contacts(hazards, numbers, t)
-                self._check_places(hazards, numbers, t, start_objects)
-                if hazards and first_hazard is None:
-                    first_hazard = t
-        return Consequence(list(hazards.values()), numbers, first_hazard)
+    def _resumed(self, qpos, arm_velocity, times, path, openings) -> _Run | None:
+        """The previous run, set back to its last check before this chunk ends, when this chunk
+        is a prefix of its chunk from the same state; else None."""
+        last, k = self._last, len(times)
+        if last is None or k > len(last.times) or (openings is None) != (last.openings is None):
+            return None
+        same = (
+            np.array_equal(qpos, last.qpos)
+            and np.array_equal(arm_velocity, last.arm_velocity)
+            and np.array_equal(times, last.times[:k])
+            and np.array_equal(path, last.path[:k])
+            and (openings is None or np.array_equal(openings, last.openings[:k]))
+        )
+        if not same:
+            return None
+        # Checks strictly before the prefix's last point: their controls are the same.
+        every = self.config.check_every * self.config.timestep
+        checks = min(last.checked, int(np.ceil(times[-1] / every)) - 1)
+        if checks <= 0:
+            return None
+        mujoco.mj_setState(self.model, self.data, last.states[checks - 1], self._state_kind)
+        # From here on the run is this chunk's: a later prefix is judged against it.
+        last.times, last.path, last.openings = times, path, openings
+        last.checked, last.contact_hazards = checks, {}
+        return last
 
     # -- checks ------------------------------------------------------------------------------
-    def _check_contacts(self, hazards: dict, numbers: dict, t: float) -> None:
-        m, d, cfg = self.model, self.data, self.config
-        for i in range(d.ncon):
-            contact = d.contact[i]
-            b1, b2 = m.geom_bodyid[contact.geom1], m.geom_bodyid[contact.geom2]
-            robot1, robot2 = b1 in self._robot_bodies, b2 in self._robot_bodies
-            if not (robot1 or robot2):
-                continue
-            mujoco.mj_contactForce(m, d, i, self._force)
-            force = abs(float(self._force[0]))
-            static = contact.geom1 in self._static or contact.geom2 in self._static
-            if static:
-                if (b1 if robot1 else b2) in self._bolted:
-                    continue
-                numbers["max_table_contact_n"] = max(numbers["max_table_contact_n"], force)
-                if force > cfg.max_table_force:
-                    hazards.setdefault(
-                        "table", f"robot presses the table with {force:.1f} N at t={t:.2f} s"
-                    )
-                continue
-            numbers["max_contact_n"] = max(numbers["max_contact_n"], force)
-            if force > cfg.max_contact_force:
-                other = m.body(b2 if robot1 else b1).name
-                what = "itself" if robot1 and robot2 else other
-                hazards.setdefault(
-                    f"contact {what}", f"collision with {what}: {force:.1f} N at t={t:.2f} s"
-                )
+    def _record(self, run: _Run, check: int, t: float) -> None:
+        """What check `check` at `t` (s) sees; contacts are judged now, places in blocks."""
+        m, d = self.model, self.data
+        run.check_t[check] = t
+        mujoco.mj_getState(m, d, run.states[check], self._state_kind)
+        run.places[check] = d.qpos[self._object_qpos]
+        run.tcp[check] = d.xpos[self._hand] + TCP_BEYOND_HAND * d.xmat[self._hand, 2::3]
+        run.forces[check] = 0.0
+        if d.ncon:
+            self._judge_contacts(run, check, t)
 
-    def _check_places(self, hazards: dict, numbers: dict, t: float, start: _Start) -> None:
-        d, cfg = self.data, self.config
-        places = d.qpos[self._object_qpos]
-        if len(places):
-            shift = float(np.max(np.linalg.norm(places - start.places, axis=1)))
-            numbers["max_object_shift_m"] = max(numbers["max_object_shift_m"], shift)
-            fell = ~cfg.object_region.contains(places) & start.on_region
-            entered = [box.contains(places) & ~inside for box, inside in start.in_boxes]
-            if fell.any() or any(e.any() for e in entered):
-                for i, name in enumerate(self._object_names):
-                    if fell[i]:
-                        hazards.setdefault(
-                            f"off {name}", f"{name} pushed off the table at t={t:.2f} s"
-                        )
-                    for (box, _), into in zip(start.in_boxes, entered, strict=True):
-                        if into[i]:
-                            hazards.setdefault(
-                                f"box {name}",
-                                f"{name} pushed into keep-out box {box.name} at t={t:.2f} s",
-                            )
-        hand = d.xpos[self._hand] + TCP_BEYOND_HAND * d.xmat[self._hand].reshape(3, 3)[:, 2]
-        outside = self._plane_normals @ hand > self._plane_offsets
+    def _judge_contacts(self, run: _Run, check: int, t: float) -> None:
+        m, cfg = self.model, self.config
+        geoms = self.data.contact.geom
+        kind = self._pair_kind[geoms[:, 0], geoms[:, 1]]
+        if not kind.any():
+            return
+        forces = self._normal_forces()
+        table = forces[kind == TABLE].max(initial=0.0)
+        other = np.where(kind == OTHER, forces, 0.0)
+        run.forces[check] = table, other.max()
+        hazards = {}
+        if table > cfg.max_table_force:
+            hazards["table"] = f"robot presses the table with {table:.1f} N at t={t:.2f} s"
+        for i in np.nonzero(other > cfg.max_contact_force)[0]:
+            robot = self._geom_robot[geoms[i]]
+            hit = geoms[i, 1] if robot[0] else geoms[i, 0]
+            what = "itself" if robot.all() else m.body(m.geom_bodyid[hit]).name
+            hazards.setdefault(
+                f"contact {what}", f"collision with {what}: {other[i]:.1f} N at t={t:.2f} s"
+            )
+        if hazards:
+            run.contact_hazards[check] = hazards
+
+    def _normal_forces(self) -> np.ndarray:
+        """Each contact's normal force (N), as mj_contactForce gives it: its first row in an
+        elliptic cone, else the sum of its rows (a pyramid's edges); 0 when inactive."""
+        d = self.data
+        if self._elliptic:
+            first = d.contact.efc_address
+            return np.abs(np.where(first >= 0, d.efc_force[np.maximum(first, 0)], 0.0))
+        rows = self._summed_rows[d.efc_type]
+        return np.abs(np.bincount(d.efc_id[rows], d.efc_force[rows], minlength=d.ncon))
+
+    def _first_hazard(self, run: _Run, begin: int, end: int) -> int | None:
+        """The first of checks begin..end - 1 that sees a hazard, or None."""
+        inside = _inside(run.places[begin:end], self._region_lo, self._region_hi)
+        # Leaving the table top and entering a keep-out box are the hazards.
+        moved = (inside != run.start.inside) & (inside == self._entering)
+        outside = run.tcp[begin:end] @ self._plane_normals.T > self._plane_offsets
+        bad = moved.any(axis=(1, 2)) | outside.any(axis=1)
+        for check in run.contact_hazards:
+            if begin <= check < end:
+                bad[check - begin] = True
+        return begin + int(np.argmax(bad)) if bad.any() else None
+
+    def _result(self, run: _Run, checks: int, hazard: int | None) -> Consequence:
+        """The consequence of the first `checks` checks, the last one seeing `hazard`."""
+        shift = ((run.places[:checks] - run.start.places) ** 2).sum(axis=-1)
+        numbers = {
+            "max_contact_n": float(run.forces[:checks, 1].max(initial=0.0)),
+            "max_table_contact_n": float(run.forces[:checks, 0].max(initial=0.0)),
+            "max_object_shift_m": float(np.sqrt(shift.max(initial=0.0))),
+        }
+        if hazard is None:
+            return Consequence([], numbers, None)
+        run.checked = hazard  # the checks before it were free of hazards
+        t = float(run.check_t[hazard])
+        hazards = dict(run.contact_hazards.get(hazard, {}))
+        self._name_places(hazards, run, hazard, t)
+        return Consequence(list(hazards.values()), numbers, t)
+
+    def _name_places(self, hazards: dict, run: _Run, check: int, t: float) -> None:
+        inside = _inside(run.places[check][None], self._region_lo, self._region_hi)[0]
+        moved = (inside != run.start.inside) & (inside == self._entering)
+        for i, name in enumerate(self._object_names):
+            if moved[i, 0]:
+                hazards.setdefault(f"off {name}", f"{name} pushed off the table at t={t:.2f} s")
+            for box, into in zip(self._boxes, moved[i, 1:], strict=True):
+                if into:
+                    hazards.setdefault(
+                        f"box {name}", f"{name} pushed into keep-out box {box.name} at t={t:.2f} s"
+                    )
+        outside = self._plane_normals @ run.tcp[check] > self._plane_offsets
         if outside.any():
-            for plane, out in zip(cfg.workcell.workspace, outside, strict=True):
-                if out:
-                    hazards.setdefault(
-                        "workspace", f"TCP leaves the workspace ({plane.name}) at t={t:.2f} s"
-                    )
+            plane = self.config.workcell.workspace[int(np.argmax(outside))]
+            hazards.setdefault(
+                "workspace", f"TCP leaves the workspace ({plane.name}) at t={t:.2f} s"
+            )
 
 
+@dataclass
 class _Start:
     """Where the objects were when the rollout began, and which regions held them then."""
 
-    def __init__(self, places: np.ndarray, config: ConsequenceConfig):
-        self.places = places
-        self.on_region = config.object_region.contains(places)
-        self.in_boxes = [(box, box.contains(places)) for box in config.workcell.keep_out]
+    places: np.ndarray  # (objects, 3)
+    inside: np.ndarray  # (objects, regions)
+
+
+def _inside(places: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """(checks, objects, regions): whether each place lies in each box [lo, hi]."""
+    p = places[..., None, :]
+    return ((p >= lo) & (p <= hi)).all(axis=-1)
+
+
+def _pair_kinds(m: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+    """(ngeom, ngeom): how a contact between two geoms is judged: TABLE (the robot, but its
+    bolted base, against the table or floor), OTHER (the robot against itself or an object),
+    else IGNORED; and (ngeom,): which geoms are the robot's."""
+    root = m.body(BOLTED_BODIES[0]).id
+    robot_bodies = [b for b in range(m.nbody) if _has_ancestor(m, b, root)]
+    robot = np.isin(m.geom_bodyid, robot_bodies)
+    bolted = np.isin(m.geom_bodyid, [m.body(name).id for name in BOLTED_BODIES])
+    static = np.zeros(m.ngeom, bool)
+    static[[m.geom(name).id for name in ("table", "floor")]] = True
+    kind = np.full((m.ngeom, m.ngeom), IGNORED, np.int8)
+    any_robot = robot[:, None] | robot[None, :]
+    any_static = static[:, None] | static[None, :]
+    kind[any_robot & ~any_static] = OTHER
+    pressing = (robot & ~bolted)[:, None] & static[None, :]
+    kind[pressing | pressing.T] = TABLE
+    return kind, robot
 
 
 def _has_ancestor(model: mujoco.MjModel, body: int, ancestor: int) -> bool:
@@ -216,8 +363,8 @@ def _has_ancestor(model: mujoco.MjModel, body: int, ancestor: int) -> bool:
 
 def rate_limited(values: np.ndarray, start: float, max_step: float) -> np.ndarray:
     """`values` followed from `start` moving at most `max_step` per sample."""
-    out = np.empty_like(values)
-    current = float(start)
-    for k, value in enumerate(values):
-        current = out[k] = finger_toward(current, float(value), max_step)
-    return out
+    out, current = [], float(start)
+    for value in np.asarray(values, dtype=float).tolist():
+        current = finger_toward(current, value, max_step)
+        out.append(current)
+    return np.array(out)

@@ -58,6 +58,14 @@ from vla_runtime.sim.workcell import (
 )
 
 MODEL_FINGER_JOINTS = ("finger_joint1", "finger_joint2")
+
+
+def velocity_lead_s(model: mujoco.MjModel, actuators) -> np.ndarray:
+    """kv / kp of position actuators: ctrl = q_d + lead dq_d turns their kp (ctrl - q) - kv dq
+    into kp (q_d - q) + kv (dq_d - dq), a servo fed the setpoint's velocity."""
+    return -model.actuator_biasprm[actuators, 2] / model.actuator_gainprm[actuators, 0]
+
+
 SAMPLE_BLOCK = 20_000  # physics steps of a trajectory limit-checked at once
 
 
@@ -81,9 +89,7 @@ class Simulator:
         self._gripper_actuator = model.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(model)
         self._finger_step = max_finger_speed(self.robot) * self.dt  # opening per physics step
-        # ctrl = q_d + kv/kp dq_d turns kp (ctrl - q) - kv dq into kp (q_d - q) + kv (dq_d - dq)
-        gains = model.actuator_gainprm[self._arm_actuators, 0]
-        self._velocity_lead_s = -model.actuator_biasprm[self._arm_actuators, 2] / gains
+        self._velocity_lead_s = velocity_lead_s(model, self._arm_actuators)
         self._cube_qpos = [model.joint(name).qposadr[0] for name in cube_names(config)]
         self._cube_qvel = [model.joint(name).dofadr[0] for name in cube_names(config)]
         self.max_width = self.robot.gripper_max_width

@@ -20,7 +20,7 @@ from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.kinematics import DHChain
 from vla_runtime.core.rates import MIN_POINT_SPACING_S
 from vla_runtime.core.robot import RobotConfig
-from vla_runtime.core.safety.command_geometry import arm_and_hand_points
+from vla_runtime.core.safety.command_geometry import ChainPoints, arm_and_hand_points
 from vla_runtime.core.safety.workspace import Workcell
 
 ACCEPT, CLIP, VETO, STALE = "accept", "clip", "veto", "stale"
@@ -102,6 +102,7 @@ class ChunkChecker:
             raise ValueError(f"kinematics {chain.name} has {chain.dof} joints, robot {robot.dof}")
         self.robot = robot
         self.chain = chain
+        self.points = ChainPoints(chain)
         self.config = config
         margin = robot.position_margin
         self.lower = np.asarray(robot.position_min) + margin
@@ -202,9 +203,9 @@ class ChunkChecker:
             rows = np.nonzero(bad.any(axis=1))[0]
             j = int(np.nonzero(bad[rows[0]])[0][0])
             first_bad[f"joint limit {self.robot.joints[j]}"] = int(rows[0])
-        frames = self.chain.points(arm)  # (n, dof + 2, 3)
+        frames, outline = self.points.frames(arm)  # (n, dof + 2, 3), (n, m, 3)
         arm_points, hand_points = arm_and_hand_points(frames)
-        for name, mask, worst in self.config.workcell.violations(arm_points, hand_points):
+        for name, mask, worst in self.config.workcell.violations(arm_points, hand_points, outline):
             first_bad[name] = int(np.nonzero(mask)[0][0])
             numbers[f"{name} worst"] = worst
         keep = n

@@ -3,7 +3,8 @@ table clearance, self clearance and TCP speed, from forward kinematics per tick.
 
 The decisions are the chunk checker's (chunk_check.py): the same arm points (every joint frame
 origin, the flange and the TCP, and the midpoint of each link between them), the same hand
-points (flange and TCP) and the same `Workcell.violations`, so a configuration a chunk is
+points (flange and TCP), the same hand outline (the corners of the palm and of the fingertips,
+which reach past the TCP) and the same `Workcell.violations`, so a configuration a chunk is
 truncated before is refused here too. Forward kinematics keeps the chain's constant matrices
 (built once) and evaluates a batch of configurations in one pass per joint, cheap enough for
 every 4 ms tick.
@@ -28,6 +29,11 @@ def arm_and_hand_points(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([points, midpoints], axis=-2), points[..., -2:, :]
 
 
+def hand_outline(chain: DHChain) -> np.ndarray:
+    """The corners of the chain's hand in its TCP frame, (m, 3); none without a hand."""
+    return np.zeros((0, 3)) if chain.hand is None else chain.hand.outline()
+
+
 class ChainPoints:
     """`DHChain.points` with the chain's constant matrices computed once: one batched product
     per joint for any number of configurations."""
@@ -40,9 +46,15 @@ class ChainPoints:
         self.post = np.stack(post)
         self.flange = np.asarray(chain.flange, dtype=float)
         self.flange_tool = self.flange @ np.asarray(chain.tool, dtype=float)
+        self.outline = hand_outline(chain)
 
     def __call__(self, qs: np.ndarray) -> np.ndarray:
         """Frame origins of each joint, the flange and the TCP, (n, dof + 2, 3), for qs (n, dof)."""
+        return self.frames(qs)[0]
+
+    def frames(self, qs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The frame origins as `__call__`, and the hand's outline in the base frame,
+        (n, m, 3), for qs (n, dof)."""
         n = qs.shape[0]
         rot = np.zeros((n, self.dof, 4, 4))
         c, s = np.cos(qs), np.sin(qs)
@@ -60,7 +72,9 @@ class ChainPoints:
         # Origins only: pose @ M moves the origin to pose's rotation applied to M's translation.
         for k, fixed in ((self.dof, self.flange), (self.dof + 1, self.flange_tool)):
             out[:, k] = pose[:, :3, :3] @ fixed[:3, 3] + pose[:, :3, 3]
-        return out
+        tcp_rotation = pose[:, :3, :3] @ self.flange_tool[:3, :3]
+        outline = self.outline @ tcp_rotation.transpose(0, 2, 1) + out[:, -1:]
+        return out, outline
 
 
 def _reason(name: str, worst: float) -> str:
@@ -115,20 +129,23 @@ class CommandGeometry:
         qs = self._configurations(qs)
         finite = np.isfinite(qs).all(axis=1)
         # Non-finite rows would compare False everywhere, i.e. pass: refuse them outright.
-        arm, hand = arm_and_hand_points(self._points(np.where(finite[:, None], qs, 0.0)))
-        found = self.workcell.violations(arm, hand)
+        frames, outline = self._points.frames(np.where(finite[:, None], qs, 0.0))
+        arm, hand = arm_and_hand_points(frames)
+        found = self.workcell.violations(arm, hand, outline)
         out: list[str | None] = [None if ok else "non-finite joint positions" for ok in finite]
         if not found:
             return out
         for name, mask, _ in reversed(found):  # the first violation in order wins
             rows = np.nonzero(mask & finite)[0]
             if len(rows):
-                worst = self._row_numbers(name, arm[rows], hand[rows])
+                worst = self._row_numbers(name, arm[rows], hand[rows], outline[rows])
                 for k, i in enumerate(rows):
                     out[i] = _reason(name, float(worst[k]))
         return out
 
-    def _row_numbers(self, name: str, arm: np.ndarray, hand: np.ndarray) -> np.ndarray:
+    def _row_numbers(
+        self, name: str, arm: np.ndarray, hand: np.ndarray, outline: np.ndarray
+    ) -> np.ndarray:
         """Workcell.violations' worst number of `name` for each configuration on its own (the
         batch's is over all of them)."""
         plane = self._planes.get(name)
@@ -136,7 +153,7 @@ class CommandGeometry:
             return (hand @ np.asarray(plane.normal, dtype=float) - plane.offset).max(axis=1)
         if name == "table clearance":
             floor = self.workcell.table_height + self.workcell.table_clearance
-            return floor - arm[..., 2].min(axis=1)
+            return floor - np.concatenate([arm, outline], axis=1)[..., 2].min(axis=1)
         if name.startswith("self clearance"):
             return np.linalg.norm(hand[..., :2], axis=-1).min(axis=1)
         return np.zeros(len(arm))  # keep-out boxes carry no number

@@ -64,7 +64,8 @@ class Workcell:
     workspace: tuple[Plane, ...] = DEFAULT_WORKSPACE
     keep_out: tuple[Box, ...] = ()
     table_height: float = 0.0
-    table_clearance: float = 0.005  # every arm point stays this far above the table top
+    # Every arm point and the hand's outline (fingertips included) stay this far above the top.
+    table_clearance: float = 0.002
     # Keep-out boxes are grown by this much: the points checked lie on the links' axes, and the
     # links and the hand are wider than those points (with 8 cm, 24 of 43 keep-out entries in
     # `bench safety` were the hand's, unseen by the check).
@@ -74,11 +75,15 @@ class Workcell:
     base_radius: float = 0.12
     base_height: float = 0.45
 
-    def violations(self, arm_points: np.ndarray, hand_points: np.ndarray) -> list[tuple]:
+    def violations(
+        self, arm_points: np.ndarray, hand_points: np.ndarray, outline: np.ndarray | None = None
+    ) -> list[tuple]:
         """Per kind of violation, (name, mask over the leading axes, worst number).
 
         arm_points (..., K, 3): points along the whole arm; hand_points (..., M, 3): the points
-        of the hand (flange, TCP) that must stay in the workspace and away from the base."""
+        of the hand (flange, TCP) that must stay in the workspace and away from the base;
+        outline (..., L, 3): the hand's corners (palm, fingertips), kept above the table with
+        the arm points (the keep-out margin already covers the hand's width)."""
         found = []
         for plane in self.workspace:
             excess = hand_points @ np.asarray(plane.normal, dtype=float) - plane.offset
@@ -91,6 +96,8 @@ class Workcell:
                 found.append((f"keep-out box {box.name}", mask, 0.0))
         floor = self.table_height + self.table_clearance
         lowest = arm_points[..., 2].min(axis=-1)
+        if outline is not None and outline.shape[-2]:
+            lowest = np.minimum(lowest, outline[..., 2].min(axis=-1))
         mask = lowest < floor
         if mask.any():
             found.append(("table clearance", mask, float(floor - lowest.min())))
