@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vla_runtime.core.kinematics import FRANKA
+from vla_runtime.core.kinematics import FRANKA, solve_ik
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import (
     ACCEPT,
@@ -184,7 +184,7 @@ def test_violation_at_the_start_is_a_veto():
 
 def test_workcell_geometry_table_workspace_and_self_clearance():
     cell = Workcell()
-    arm = np.array([[[0.5, 0.0, 0.3], [0.5, 0.0, 0.001]]])  # one point 1 mm above the table
+    arm = np.array([[[0.5, 0.0, 0.3], [0.5, 0.0, 0.004]]])  # one point 4 mm above the table
     hand = np.array([[[0.5, 0.0, 0.3], [1.0, 0.0, 0.3]], [[0.05, 0.05, 0.2], [0.5, 0, 0.3]]])
     found = {name: (mask.tolist(), worst) for name, mask, worst in cell.violations(arm, hand)}
     assert found["table clearance"] == ([True], pytest.approx(0.001))
@@ -348,3 +348,25 @@ def test_time_scaling_is_anchored_at_now_and_past_actions_stay_past():
     tcp = FRANKA.tcp_position(v.positions)
     speed = np.linalg.norm(np.diff(tcp, axis=0), axis=1) / np.diff(times)
     assert speed[times[1:] > t_now + 1e-9].max() <= 0.25 * (1 + 5e-4)
+
+
+def test_an_arm_already_below_the_table_floor_may_stay_as_deep_or_rise_but_not_sink():
+    # The TCP 7 mm up puts the fingertips 2 mm into the table top: a grasp that went down to it.
+    # Chunks that hold that height or lift are let run; one that sinks 3 mm further is cut.
+    def at(z):
+        q, error = solve_ik(FRANKA, HOME, [0.5, 0.0, z], tolerance=1e-9)
+        assert error < 1e-6
+        return q
+
+    checker = ChunkChecker(ROBOT, FRANKA, ChunkCheckConfig())
+    low = at(0.007)
+    points = [at(0.007), at(0.007), at(0.012), at(0.020), at(0.030)]
+    rising = Chunk(ROBOT.joints, 10.0, tuple(0.1 * k for k in range(5)), tuple(map(tuple, points)))
+    assert checker.check(rising, 10.0, low, 10.0).decision != VETO
+    sinking = [at(0.007), at(0.007), at(0.004), at(0.004), at(0.004)]
+    chunk = Chunk(ROBOT.joints, 10.0, tuple(0.1 * k for k in range(5)), tuple(map(tuple, sinking)))
+    verdict = checker.check(chunk, 10.0, low, 10.0)
+    assert verdict.numbers["first_violation_index"] == 2
+    assert "table clearance" in " ".join(verdict.reasons)
+    # Measured clear of the table, the same first points are refused.
+    assert checker.check(rising, 10.0, low, 10.0, state_table_depth=-0.01).decision == VETO

@@ -47,9 +47,10 @@ def near_home(robot, n: int, seed: int) -> np.ndarray:
 
 
 def chunk_refusal(checker: ChunkChecker, q: np.ndarray) -> str | None:
-    """The constraint the chunk checker truncates a chunk standing at q before, or None."""
+    """The constraint the chunk checker truncates a chunk standing at q before, or None, for an
+    arm measured clear of the table (one already below its floor may stay as deep)."""
     chunk = Chunk(checker.robot.joints, 10.0, (0.0, 0.1), (tuple(q), tuple(q)))
-    verdict = checker.check(chunk, 10.0, q, 10.0)
+    verdict = checker.check(chunk, 10.0, q, 10.0, state_table_depth=-1.0)
     if verdict.numbers.get("first_violation_index") == 0:
         assert verdict.decision == VETO
         culprit = verdict.reasons[0]
@@ -153,24 +154,24 @@ def hand_at_height(z: float) -> np.ndarray:
 
 
 def test_hand_3_cm_below_the_table_top_is_refused_with_the_table_reason():
-    # The fingertips, 9 mm beyond the TCP, are the lowest points: 0.039 m below the top, plus
-    # the 0.002 m clearance.
-    assert geometry().position_violation(hand_at_height(-0.03)) == "table clearance: 0.041 m below"
+    # The fingertips, 9 mm beyond the TCP, are the lowest points: 0.039 m below the top (the
+    # outline may reach down to the top, not into it).
+    assert geometry().position_violation(hand_at_height(-0.03)) == "table clearance: 0.039 m below"
 
 
 def test_table_clearance_is_kept_to_the_millimetre():
-    g = geometry(Workcell(table_height=0.1, table_clearance=0.01))
-    assert g.position_violation(hand_at_height(0.120)) is None
+    g = geometry(Workcell(table_height=0.1, outline_clearance=0.01))
+    assert g.position_violation(hand_at_height(0.120)) is None  # fingertips 11 mm up
     assert g.position_violation(hand_at_height(0.118)) == "table clearance: 0.001 m below"
 
 
 def test_fingertips_below_the_clearance_refuse_a_tcp_above_it():
-    # TCP 9 mm above the table (7 mm over the 2 mm clearance), fingertips at the top: both the
-    # command geometry and the chunk checker refuse it; with the TCP at 12 mm (fingertips 3 mm
-    # up, as the demonstrations grasp) both let it be.
+    # TCP 7 mm above the table (2 mm over the arm points' 5 mm clearance), fingertips 2 mm into
+    # it: both the command geometry and the chunk checker refuse it; with the TCP at 12 mm
+    # (fingertips 3 mm up, as the demonstrations grasp) both let it be.
     checker = ChunkChecker(FR3, FRANKA, ChunkCheckConfig())
-    low, clear = hand_at_height(0.009), hand_at_height(0.012)
-    assert arm_and_hand_points(FRANKA.points(low))[0][..., 2].min() > 0.002 + 0.006
+    low, clear = hand_at_height(0.007), hand_at_height(0.012)
+    assert arm_and_hand_points(FRANKA.points(low))[0][..., 2].min() > 0.005 + 0.001
     assert geometry().position_violation(low) == "table clearance: 0.002 m below"
     assert chunk_refusal(checker, low) == "table clearance"
     assert geometry().position_violation(clear) is None

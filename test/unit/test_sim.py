@@ -263,3 +263,39 @@ def test_bench_reports_figures_and_settings():
     assert wrist["frames"] >= 5 and 0 < wrist["ms_p50"] <= wrist["ms_p99"]
     assert result["settings"]["cameras"] == ["wrist"]
     assert (result["settings"]["width"], result["settings"]["height"]) == (64, 48)
+
+
+@pytest.mark.parametrize("via", ["trajectory", "forward"])
+def test_the_servo_fed_forward_follows_a_moving_setpoint_closely_and_stops_with_it(via):
+    # A ramp of 0.3 rad/s on joint 1 for 0.5 s, then held. A position servo alone lags by
+    # kv/kp x 0.3 = 30 mrad and coasts on for ~0.3 s; fed the setpoint's velocity, like a
+    # robot's joint controller, it stays within a few mrad and is at rest within 50 ms.
+    sim = Simulator(SceneConfig(servo_feedforward=True))
+    start = np.array(sim.robot.home)
+    speed, period, ticks = 0.3, 0.01, 50
+    step = np.eye(7)[0] * speed * period
+    errors, speeds = [], []
+    if via == "trajectory":
+        times = np.arange(1, ticks + 1) * period
+        points = [start + step * k for k in range(1, ticks + 1)]
+        assert sim.set_trajectory(sim.robot.joints, points, times.tolist()) is None
+    for k in range(1, ticks + 1):
+        if via == "forward":
+            assert sim.set_forward_positions((start + step * k).tolist()) is None
+        run_for(sim, period)
+        errors.append(abs(sim.arm_positions[0] - (start + step * k)[0]))
+        speeds.append(sim.arm_velocities[0])
+    assert max(errors[10:]) < 0.004  # past the start-up of the ramp
+    assert np.median(speeds[10:40]) == pytest.approx(speed, abs=0.03)
+    run_for(sim, 0.05)
+    assert np.abs(sim.arm_velocities).max() < 0.02
+    assert np.abs(sim.arm_positions - (start + step * ticks)).max() < 0.003
+
+
+def test_without_feedforward_the_servo_lags_a_moving_setpoint_by_kv_over_kp():
+    sim = Simulator()  # the default the shipped policies were trained on
+    start, step = np.array(sim.robot.home), np.eye(7)[0] * 0.003
+    for k in range(1, 51):  # 0.3 rad/s
+        assert sim.set_forward_positions((start + step * k).tolist()) is None
+        run_for(sim, 0.01)
+    assert sim.arm_positions[0] - (start + step * 50)[0] == pytest.approx(-0.1 * 0.3, abs=0.005)

@@ -2,10 +2,11 @@
 
 The arm follows a setpoint through the model's position actuators. The setpoint comes from the
 active trajectory (sampled every 1 ms physics step), from the last forward position command, or
-is held. Like a robot's joint controller, the servo is fed the setpoint's velocity as well (the
-trajectory's, or a forward command's step over its interval, for that interval): a position
-actuator kp (q_d - q) - kv dq alone lags a moving setpoint by kv/kp (0.1 s on the FR3) and coasts
-on for as long after the setpoint stops, where the real arm tracks within milliseconds.
+is held. A position actuator kp (q_d - q) - kv dq alone lags a moving setpoint by kv/kp (0.1 s
+on the FR3) and coasts on for as long after the setpoint stops, where the real arm tracks within
+milliseconds; with `SceneConfig.servo_feedforward` the servo is fed the setpoint's velocity as a
+robot's joint controller is (the trajectory's, or a forward command's step over its interval,
+for that interval). It is off by default: the shipped policies were trained without it.
 A rejected command returns its reason and freezes the setpoint where it is, stopping any
 trajectory in progress. Not thread-safe: callers serialise access (the driver node holds a lock).
 
@@ -89,7 +90,8 @@ class Simulator:
         self._gripper_actuator = model.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(model)
         self._finger_step = max_finger_speed(self.robot) * self.dt  # opening per physics step
-        self._velocity_lead_s = velocity_lead_s(model, self._arm_actuators)
+        lead = velocity_lead_s(model, self._arm_actuators)
+        self._velocity_lead_s = lead if config.servo_feedforward else np.zeros_like(lead)
         self._cube_qpos = [model.joint(name).qposadr[0] for name in cube_names(config)]
         self._cube_qvel = [model.joint(name).dofadr[0] for name in cube_names(config)]
         self.max_width = self.robot.gripper_max_width

@@ -24,6 +24,7 @@ from vla_runtime.core.safety.command_geometry import ChainPoints, arm_and_hand_p
 from vla_runtime.core.safety.workspace import Workcell
 
 ACCEPT, CLIP, VETO, STALE = "accept", "clip", "veto", "stale"
+DEPTH_TOLERANCE = 0.001  # m an arm below the table floor may sink while it leaves (noise)
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,11 @@ class ChunkChecker:
         now: float,
         state_positions,
         state_stamp: float | None,
+        state_table_depth: float | None = None,
     ) -> Verdict:
-        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`."""
+        """Judge `chunk` at time `now` given the arm positions measured at `state_stamp`;
+        `state_table_depth`: how far the measured arm reaches below the table floor (m,
+        `Workcell.table_depth`), None: from the measured positions."""
         cfg = self.config
         layout = self._layout(chunk)
         if isinstance(layout, Verdict):
@@ -205,7 +209,15 @@ class ChunkChecker:
             first_bad[f"joint limit {self.robot.joints[j]}"] = int(rows[0])
         frames, outline = self.points.frames(arm)  # (n, dof + 2, 3), (n, m, 3)
         arm_points, hand_points = arm_and_hand_points(frames)
-        for name, mask, worst in self.config.workcell.violations(arm_points, hand_points, outline):
+        # An arm already below the table floor (a grasp that went down to the top) may stay as
+        # deep or rise: refusing every chunk from there would leave it standing at the table.
+        workcell = self.config.workcell
+        if state_table_depth is None:
+            state_frames, state_outline = self.points.frames(state[None])
+            state_points = arm_and_hand_points(state_frames)[0]
+            state_table_depth = float(workcell.table_depth(state_points, state_outline)[0])
+        allowed = max(0.0, state_table_depth + DEPTH_TOLERANCE)
+        for name, mask, worst in workcell.violations(arm_points, hand_points, outline, allowed):
             first_bad[name] = int(np.nonzero(mask)[0][0])
             numbers[f"{name} worst"] = worst
         keep = n

@@ -152,8 +152,7 @@ class CommandGeometry:
         if plane is not None:
             return (hand @ np.asarray(plane.normal, dtype=float) - plane.offset).max(axis=1)
         if name == "table clearance":
-            floor = self.workcell.table_height + self.workcell.table_clearance
-            return floor - np.concatenate([arm, outline], axis=1)[..., 2].min(axis=1)
+            return self.workcell.table_depth(arm, outline)
         if name.startswith("self clearance"):
             return np.linalg.norm(hand[..., :2], axis=-1).min(axis=1)
         return np.zeros(len(arm))  # keep-out boxes carry no number

@@ -85,6 +85,11 @@ class SimDriverParams(ArmGripperControllerParams):
         "auto",
     )
     speed_scaling: float = param("the pendant's slider, a fraction in [0, 1]; settable", 1.0)
+    servo_feedforward: bool = param(
+        "feed the arm's servo the setpoint's velocity (tracks like a real arm; the shipped "
+        "checkpoints were trained without it)",
+        SceneConfig.servo_feedforward,
+    )
 
 
 class SimDriverNode(RuntimeNode):
@@ -104,7 +109,8 @@ class SimDriverNode(RuntimeNode):
             self.get_logger().warning("use_sim_time ignored: the sim driver publishes /clock")
             self.set_parameters([Parameter("use_sim_time", value=False)])
 
-        self.sim = Simulator(SceneConfig(params.robot, n_cubes=params.n_cubes, seed=params.seed))
+        self.sim = Simulator(SceneConfig(params.robot, n_cubes=params.n_cubes, seed=params.seed,
+                                         servo_feedforward=params.servo_feedforward))  # fmt: skip
         self._lock = threading.Lock()
         # The physics thread and a 0-step request (the executor's) publish through shared
         # messages: one at a time.
