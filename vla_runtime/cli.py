@@ -84,7 +84,8 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"vla-runtime bench faults: error: {faults}", file=sys.stderr)
             return 2
         result = run("faults", faults=faults, robot=args.robot,
-                     command_interface=args.command_interface)  # fmt: skip
+                     command_interface=args.command_interface,
+                     servo_feedforward=args.servo_feedforward)  # fmt: skip
     elif args.name == "safety":
         result = run("safety", quick=args.quick, seed=args.seed or 0)
     elif args.name == "scheduler":
@@ -157,6 +158,10 @@ BENCH_OPTIONS = {
                           {"choices": ["trajectory", "forward_position"], "default": "trajectory",
                            "help": "the interface the gate drives"}),
     "faults": (["--faults"], {"help": "comma-separated fault names (default: all)"}),
+    "servo_feedforward": (["--servo-feedforward"],
+                          {"action": "store_true",
+                           "help": "the simulated servo fed the setpoint's velocity, tracking like "
+                                   "a real arm (the shipped checkpoints were trained without it)"}),
 }  # fmt: skip
 # name -> (what it measures, its options)
 BENCHMARKS = {
@@ -170,7 +175,7 @@ BENCHMARKS = {
     "driver": ("franky driver against franky-sim: latency, jitter, libfranka errors (default "
                "60 s)", ["seconds"]),
     "faults": ("every injected fault: detection and stop times, unsafe commands, lost chunks",
-               ["quick", "faults", "robot", "command_interface"]),
+               ["quick", "faults", "robot", "command_interface", "servo_feedforward"]),
     "safety": ("chunk check + consequence rollout against full-physics ground truth: hazard "
                "recall, false vetoes, check time", ["quick", "seed"]),
     "scheduler": ("scheduled vs full compute on the shipped policy (default 50 episodes per "

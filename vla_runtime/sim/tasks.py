@@ -14,7 +14,7 @@ resetting sim time, so /clock stays monotonic across episodes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import mujoco
 import numpy as np
@@ -272,11 +272,12 @@ def task_scene_config(robot: str = "fr3") -> SceneConfig:
 class TaskSimulator(Simulator):
     """`Simulator` running one task: its scene, its seeded layout, the sliding target."""
 
-    def __init__(self, task: str, seed: int = 0, robot: str = "fr3"):
+    def __init__(self, task: str, seed: int = 0, robot: str = "fr3",
+                 servo_feedforward: bool = False):  # fmt: skip
         self.task = check_task(task)
         self.setup: EpisodeSetup | None = None
         self._slide_start = 0.0
-        super().__init__(task_scene_config(robot))
+        super().__init__(replace(task_scene_config(robot), servo_feedforward=servo_feedforward))
         # The zone marker is a world geom without joints or actuators: every qpos/ctrl index the
         # Simulator computed stays valid for the recompiled model.
         self.xml = add_zone_marker(self.xml)

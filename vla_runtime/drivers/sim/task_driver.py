@@ -94,7 +94,12 @@ class TaskSimDriverNode(SimDriverNode):
         # layout for the robot) before any step matters, keeping sim time monotonic.
         with self._lock:
             now, seed = self.sim.time, self.params.seed
-            sim = TaskSimulator(task, seed, robot=self.sim.robot.name)
+            sim = TaskSimulator(
+                task,
+                seed,
+                robot=self.sim.robot.name,
+                servo_feedforward=self.params.servo_feedforward,
+            )
             sim.data.time = now
             self.sim = sim
         self._task_ready = True
