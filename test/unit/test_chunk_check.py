@@ -351,21 +351,22 @@ def test_time_scaling_is_anchored_at_now_and_past_actions_stay_past():
 
 
 def test_an_arm_already_below_the_table_floor_may_stay_as_deep_or_rise_but_not_sink():
-    # The TCP 7 mm up puts the fingertips 2 mm into the table top: a grasp that went down to it.
-    # Chunks that hold that height or lift are let run; one that sinks 3 mm further is cut.
+    # The TCP 3 mm up is 2 mm below the arm points' 5 mm floor: a grasp that went down to the
+    # table. Chunks that hold that height or lift are let run; one that sinks 3 mm further is cut.
     def at(z):
         q, error = solve_ik(FRANKA, HOME, [0.5, 0.0, z], tolerance=1e-9)
         assert error < 1e-6
         return q
 
+    def chunk_through(heights):
+        times = tuple(0.1 * k for k in range(len(heights)))
+        return Chunk(ROBOT.joints, 10.0, times, tuple(tuple(at(z)) for z in heights))
+
     checker = ChunkChecker(ROBOT, FRANKA, ChunkCheckConfig())
-    low = at(0.007)
-    points = [at(0.007), at(0.007), at(0.012), at(0.020), at(0.030)]
-    rising = Chunk(ROBOT.joints, 10.0, tuple(0.1 * k for k in range(5)), tuple(map(tuple, points)))
+    low = at(0.003)
+    rising = chunk_through([0.003, 0.003, 0.008, 0.020, 0.030])
     assert checker.check(rising, 10.0, low, 10.0).decision != VETO
-    sinking = [at(0.007), at(0.007), at(0.004), at(0.004), at(0.004)]
-    chunk = Chunk(ROBOT.joints, 10.0, tuple(0.1 * k for k in range(5)), tuple(map(tuple, sinking)))
-    verdict = checker.check(chunk, 10.0, low, 10.0)
+    verdict = checker.check(chunk_through([0.003, 0.003, 0.0, 0.0, 0.0]), 10.0, low, 10.0)
     assert verdict.numbers["first_violation_index"] == 2
     assert "table clearance" in " ".join(verdict.reasons)
     # Measured clear of the table, the same first points are refused.

@@ -154,9 +154,12 @@ def hand_at_height(z: float) -> np.ndarray:
 
 
 def test_hand_3_cm_below_the_table_top_is_refused_with_the_table_reason():
-    # The fingertips, 9 mm beyond the TCP, are the lowest points: 0.039 m below the top (the
-    # outline may reach down to the top, not into it).
-    assert geometry().position_violation(hand_at_height(-0.03)) == "table clearance: 0.039 m below"
+    # The TCP 0.030 m below the top, plus the arm points' 0.005 m clearance; with the hand's
+    # outline held at the top, the fingertips 9 mm beyond the TCP are the lowest points.
+    q = hand_at_height(-0.03)
+    assert geometry().position_violation(q) == "table clearance: 0.035 m below"
+    outlined = geometry(Workcell(outline_clearance=0.0))
+    assert outlined.position_violation(q) == "table clearance: 0.039 m below"
 
 
 def test_table_clearance_is_kept_to_the_millimetre():
@@ -169,13 +172,15 @@ def test_fingertips_below_the_clearance_refuse_a_tcp_above_it():
     # TCP 7 mm above the table (2 mm over the arm points' 5 mm clearance), fingertips 2 mm into
     # it: both the command geometry and the chunk checker refuse it; with the TCP at 12 mm
     # (fingertips 3 mm up, as the demonstrations grasp) both let it be.
-    checker = ChunkChecker(FR3, FRANKA, ChunkCheckConfig())
+    workcell = Workcell(outline_clearance=0.0)
+    checker = ChunkChecker(FR3, FRANKA, ChunkCheckConfig(workcell=workcell))
     low, clear = hand_at_height(0.007), hand_at_height(0.012)
     assert arm_and_hand_points(FRANKA.points(low))[0][..., 2].min() > 0.005 + 0.001
-    assert geometry().position_violation(low) == "table clearance: 0.002 m below"
+    assert geometry(workcell).position_violation(low) == "table clearance: 0.002 m below"
     assert chunk_refusal(checker, low) == "table clearance"
-    assert geometry().position_violation(clear) is None
+    assert geometry(workcell).position_violation(clear) is None
     assert chunk_refusal(checker, clear) is None
+    assert geometry().position_violation(low) is None  # the outline is off by default
 
 
 def test_the_hand_outline_spans_the_robots_gripper_stroke():
