@@ -39,7 +39,6 @@ process's death. A plan that runs dry while the command moves is reported.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import zlib
@@ -76,6 +75,7 @@ from vla_runtime.ros.messages import (
     diagnostics_msg,
     event_json,
     joint_state_values,
+    json_object,
     parse_request_id,
     refused_request,
     request_msg,
@@ -374,14 +374,6 @@ class StreamerNode(RuntimeNode):
         if self._thread is not None:
             self._thread.stop()
         self.publish_stats()
-
-
-def json_object(text: str) -> dict | None:
-    try:
-        event = json.loads(text)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
 
 
 def gate_event_kind(text: str) -> str | None:

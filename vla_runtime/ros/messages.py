@@ -244,13 +244,19 @@ def _json_number(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def refused_request(event: str) -> int | None:
-    """The request id a safety chunk verdict refuses (veto, stale), from its JSON event."""
+def json_object(text: str) -> dict | None:
+    """One JSON object from an events topic's text, None for anything else."""
     try:
-        event = json.loads(event)
+        event = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(event, dict) or event.get("event") != "chunk":
+    return event if isinstance(event, dict) else None
+
+
+def refused_request(event: str) -> int | None:
+    """The request id a safety chunk verdict refuses (veto, stale), from its JSON event."""
+    event = json_object(event)
+    if event is None or event.get("event") != "chunk":
         return None
     if event.get("verdict") not in (VETO, STALE):
         return None

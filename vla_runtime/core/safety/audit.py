@@ -12,6 +12,7 @@ import numpy as np
 from vla_runtime.core.robot import RobotConfig
 
 RELATIVE_TOLERANCE = 1e-6  # float rounding of the gate's own arithmetic
+RESUMED_REST_S = 0.05  # s: a rest shorter than this before a resume is a turning point
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,6 @@ def audit_commands(
 
 def _indices(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.nonzero(mask)[0])
-
-
-RESUMED_REST_S = 0.05
 
 
 def time_to_rest(
