@@ -25,8 +25,10 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.teardown import bounded_teardown
 
 SHUTDOWN_REPORT_S = 7.0  # the launcher escalates to SIGTERM after 10 s
+TEARDOWN_LIMIT_S = 2.0  # DDS teardown after close(): milliseconds unless Fast DDS deadlocks
 
 
 def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> int:
@@ -68,17 +70,17 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
         code = 1
     finally:
         try:
-            if node is not None:
-                close = getattr(node, "close", None)
-                if close is not None:
-                    try:
-                        close()
-                    except Exception as exc:
-                        print(f"close failed: {exc!r}", file=sys.stderr)
-                node.destroy_node()
+            close = getattr(node, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception as exc:
+                    print(f"close failed: {exc!r}", file=sys.stderr)
         finally:
-            rclpy.try_shutdown()
-            faulthandler.cancel_dump_traceback_later()
+            with bounded_teardown(code, TEARDOWN_LIMIT_S):
+                if node is not None:
+                    node.destroy_node()
+                rclpy.try_shutdown()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return code
