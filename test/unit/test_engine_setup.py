@@ -3,8 +3,11 @@ policy source (local back end or policy server)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.engine.checkpoint import load_spec
 from vla_runtime.engine.policy_source import BACKENDS, PolicySource
 from vla_runtime.engine.remote.client import RemoteClient
@@ -73,3 +76,23 @@ def test_an_openpi_source_connects_on_first_use_and_takes_its_spec_from_a_checkp
         _ = policy.spec
     with pytest.raises(ValueError, match="must start with ws:// or wss://"):
         source(backend="openpi", endpoint="tcp://127.0.0.1:5555").open()
+
+
+def test_a_checkpoint_for_another_arm_is_refused_with_one_line(tmp_path):
+    shipped = load_spec(shipped_checkpoint())
+    assert shipped.robot == "fr3"
+    StateMapping.for_robot("fr3").check_spec(shipped, "fr3")
+    # The Panda has the FR3's shapes (7 joints + gripper): only the checkpoint's robot tells.
+    panda = StateMapping.for_robot("panda")
+    assert panda.state_dim == shipped.state_dim
+    with pytest.raises(ValueError, match="trained for robot 'fr3', this engine drives 'panda'"):
+        panda.check_spec(shipped, "panda")
+    with pytest.raises(ValueError, match="policy state_dim 8 != 6 arm joints"):
+        StateMapping.for_robot("ur5e").check_spec(replace(shipped, robot=""), "ur5e")
+
+
+def test_random_weights_take_the_engines_robot_columns():
+    policy = source(robot="ur5e").open()
+    assert policy.spec.robot == "ur5e" and policy.spec.state_dim == 7
+    assert policy.spec.joint_names[:2] == ("shoulder_pan_joint", "shoulder_lift_joint")
+    StateMapping.for_robot("ur5e").check_spec(policy.spec, "ur5e")

@@ -33,6 +33,8 @@ def config_dir() -> Path:
     return share_dir() / "config"
 
 
-def shipped_checkpoint() -> Path:
-    """The trained tiny policy that ships with the package (checkpoints/vla_tiny_sim)."""
-    return share_dir() / "checkpoints" / "vla_tiny_sim"
+def shipped_checkpoint(robot: str = "fr3") -> Path:
+    """The trained tiny policy for `robot` that ships with the package (checkpoints/
+    vla_tiny_sim for the FR3, vla_tiny_sim_<robot> for the others)."""
+    name = "vla_tiny_sim" if robot == "fr3" else f"vla_tiny_sim_{robot}"
+    return share_dir() / "checkpoints" / name

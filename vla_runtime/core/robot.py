@@ -52,6 +52,8 @@ class RobotConfig:
         return name or self.controllers[key]
 
 
+# The arms the simulator models (sim/scene.py); the others are described for real hardware only.
+SIMULATED_ROBOTS = ("fr3", "ur5e")
 # A ROS name fragment: the prefixed joint names stay valid names (empty = no prefix).
 JOINT_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)?")
 

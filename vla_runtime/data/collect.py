@@ -28,6 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vla_runtime.core.help_text import CommandParser
+from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
     sigint_deferred,
@@ -52,14 +53,16 @@ def collect(
     mode: str = "lockstep",
     image_size: int = DEFAULT_IMAGE_SIZE,
     progress: bool = True,
+    robot: str = "fr3",
 ) -> dict:
-    """Collect `episodes` expert episodes of `task` (seeds seed, seed+1, ...) into `out`."""
+    """Collect `episodes` expert episodes of `task` on `robot` (seeds seed, seed+1, ...) into
+    `out`."""
 
     check_task(task)
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")
-    writer = task_dataset_writer(out, image_size)
-    env = make_env(task, mode, image_size)
+    writer = task_dataset_writer(out, image_size, robot)
+    env = make_env(task, mode, image_size, robot)
     reader = SceneReader(env.model, scene_colours())
     done = successes = frames = 0
     started = time.perf_counter()
@@ -85,6 +88,7 @@ def collect(
     elapsed = time.perf_counter() - started
     return {
         "task": task,
+        "robot": robot,
         "mode": mode,
         "episodes": done,
         "interrupted": interrupted,
@@ -99,10 +103,10 @@ def collect(
     }
 
 
-def make_env(task: str, mode: str, image_size: int):
+def make_env(task: str, mode: str, image_size: int, robot: str = "fr3"):
     if mode == "inprocess":
-        return InProcessEnv(task, image_size)
-    return RosEnv(task, image_size, realtime=mode == "realtime")
+        return InProcessEnv(task, image_size, robot=robot)
+    return RosEnv(task, image_size, realtime=mode == "realtime", arguments={"robot": robot})
 
 
 def collect_main(argv: list[str] | None = None) -> int:
@@ -120,6 +124,8 @@ def collect_main(argv: list[str] | None = None) -> int:
         help="lockstep/realtime: through the ROS node stack; inprocess: no ROS (fast dev tool)",
     )
     parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE)
+    parser.add_argument("--robot", choices=SIMULATED_ROBOTS, default="fr3",
+                        help="the simulated arm (recovery: the checkpoint's)")  # fmt: skip
     recovery = parser.add_argument_group(
         "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"
     )
@@ -139,7 +145,7 @@ def collect_main(argv: list[str] | None = None) -> int:
         return 130 if summary["interrupted"] else 0
     summary = collect(
         args.task, args.episodes, args.out, args.seed, args.mode, args.image_size,
-        progress=not args.no_progress,
+        progress=not args.no_progress, robot=args.robot,
     )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     return 130 if summary["interrupted"] else 0

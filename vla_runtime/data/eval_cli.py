@@ -8,7 +8,7 @@ without loading torch, MuJoCo's renderer and rclpy.
 from __future__ import annotations
 
 from vla_runtime.core.help_text import CommandParser, help_summary
-from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.sim.tasks import TASKS
 
 EVAL_SEED = 90000  # seeds from here on are never used for training (`collect` refuses them)
@@ -17,8 +17,9 @@ DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next 
 
 def build_parser() -> CommandParser:
     parser = CommandParser(prog="vla-runtime eval", description=help_summary(__doc__))
-    parser.add_argument("--ckpt", default=str(shipped_checkpoint()),
-                        help="checkpoint directory (default: the shipped one)")  # fmt: skip
+    parser.add_argument("--ckpt", help="checkpoint directory (default: the robot's shipped one)")
+    parser.add_argument("--robot", choices=SIMULATED_ROBOTS,
+                        help="the simulated arm (default: the checkpoint's)")  # fmt: skip
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first episode seed")

@@ -36,13 +36,14 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
+from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data import stack_eval
 from vla_runtime.data.eval_cli import DEFAULT_EXECUTE, EVAL_SEED, build_parser
-from vla_runtime.engine.checkpoint import load_checkpoint, policy_options
+from vla_runtime.engine.checkpoint import load_checkpoint, load_spec, policy_options
 from vla_runtime.engine.factory import load_policy
-from vla_runtime.engine.policy import Observation, chunk_to_positions
+from vla_runtime.engine.policy import Observation, PolicyError, chunk_to_positions
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
-from vla_runtime.sim.env import InProcessEnv, clip_to_limits
+from vla_runtime.sim.env import CommandRefused, InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
     SceneReader,
@@ -65,6 +66,7 @@ class EpisodeResult:
     engine_ms: list[float] = field(default_factory=list)  # engine `total_ms` per chunk
     modes: list[str] = field(default_factory=list)  # compute mode each chunk actually ran
     milestones_s: dict = field(default_factory=dict)  # sim s from the start to each task stage
+    refused: str = ""  # why the simulated arm refused a command (its reflex ended the episode)
 
 
 def _percentile(values, q):
@@ -94,6 +96,7 @@ def summarise(task, results: list[EpisodeResult], settings: dict) -> dict:
         "chunks_per_episode": float(np.mean([r.chunks for r in results])) if n else None,
         "milestones_s": stack_eval.summarise_milestones([r.milestones_s for r in results]),
         "failed_seeds": [r.seed for r in results if not r.success],
+        "refused_episodes": sum(bool(r.refused) for r in results),
         **_engine_cost(results),
         **settings,
     }
@@ -142,7 +145,8 @@ def evaluate_in_process(
 
     policy = load_policy("torch", checkpoint, seed=0, noise_scale=noise_scale)
     size = policy.spec.cameras[0].height
-    env = InProcessEnv(task, size, cameras=[c.name for c in policy.spec.cameras])
+    cameras = [c.name for c in policy.spec.cameras]
+    env = InProcessEnv(task, size, cameras, robot=policy.spec.robot or "fr3")
     reader = SceneReader(env.model, scene_colours())
     results = []
     try:
@@ -159,8 +163,12 @@ def evaluate_in_process(
                 result.chunks += 1
                 rows = chunk_to_positions(chunk.actions[:execute], frame.state, policy.spec)
                 actions = clip_to_limits(rows, env.sim.robot)
-                periods = (lambda a=a: env.step(a[:7], float(a[7])) for a in actions)
-                steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
+                periods = (lambda a=a: env.step(a[:-1], float(a[-1])) for a in actions)
+                try:
+                    steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
+                except CommandRefused as exc:  # the arm's reflex: a failed episode
+                    result.refused = str(exc)
+                    break
             results.append(result)
     finally:
         env.close()
@@ -189,7 +197,7 @@ def evaluate_stack(
     size = spec.cameras[0].height
     # The harness forwards whole chunks: no plan to guide the next one with.
     arguments = {"checkpoint": os.path.abspath(checkpoint), "plan_guidance": False,
-                 "scheduler": scheduler is not None}  # fmt: skip
+                 "scheduler": scheduler is not None, "robot": spec.robot or "fr3"}  # fmt: skip
     parameters = {
         "engine": {"noise_scale": float(noise_scale), **(engine_params or {})},
         "scheduler": scheduler or {},
@@ -283,8 +291,15 @@ def eval_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
+    args.ckpt = args.ckpt or str(shipped_checkpoint(args.robot or "fr3"))
     if not os.path.isdir(args.ckpt):
         parser.error(f"--ckpt {args.ckpt}: no such checkpoint directory")
+    try:
+        robot = load_spec(args.ckpt).robot or "fr3"  # older checkpoints: FR3 only
+    except PolicyError as exc:
+        parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc})")
+    if args.robot and args.robot != robot:
+        parser.error(f"--ckpt {args.ckpt} was trained for {robot}, not {args.robot}")
     if args.seed < EVAL_SEED:
         print(f"warning: seeds below {EVAL_SEED} may have been used for training", file=sys.stderr)
     if args.via == "stack":
@@ -299,7 +314,7 @@ def eval_main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc!r})")
         overrides.update(checkpoint=os.path.abspath(args.ckpt), stream_mode=args.mode,
-                         image_size=image_size)  # fmt: skip
+                         image_size=image_size, robot=robot)  # fmt: skip
         if args.backend:
             overrides["backend"] = args.backend
         if args.scheduler:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_runtime.core.robot import load_robot
 from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
 from vla_runtime.data.lerobot.writer import Episode, LeRobotWriter
 from vla_runtime.sim.env import CAMERAS, Frame
 from vla_runtime.sim.tasks import CONTROL_DT, SceneReader, is_success, scene_colours
 
 POST_SUCCESS_STEPS = 10  # frames kept after success so the policy also learns to settle
-STATE_NAMES = [f"fr3_joint{i}" for i in range(1, 8)] + ["gripper_width"]
 # observation.environment_state (base frame), for auxiliary losses: the named cube's centre,
 # then every cube's centre in a fixed colour order. The fixed-order part teaches the encoder to
 # find each colour without the instruction; the target part, which one the instruction names.
@@ -31,7 +31,9 @@ class ExpertRecorder:
 
     def __init__(self, env, reader: SceneReader):
         self.env, self.reader, self.setup = env, reader, env.setup
-        self.expert = ScriptedExpert(self.setup, ArmKinematics(env.model))
+        robot = env.robot
+        self.expert = ScriptedExpert(self.setup, ArmKinematics(env.model, robot.name))
+        self._dof = robot.dof
         self._target = env.model.joint(self.setup.target_body).qposadr[0]
         self.images: dict[str, list] = {}
         self.states, self.actions, self.flags, self.env_states = [], [], [], []
@@ -42,7 +44,8 @@ class ExpertRecorder:
         setup, target = self.setup, self._target
         snapshot = self.reader.snapshot(frame.qpos)
         flag = is_success(setup, snapshot)
-        q, width = self.expert.act(snapshot, frame.state[:7], frame.qpos[target + 3 : target + 7])
+        arm, cube_quat = frame.state[: self._dof], frame.qpos[target + 3 : target + 7]
+        q, width = self.expert.act(snapshot, arm, cube_quat)
         for camera, image in frame.images.items():
             self.images.setdefault(camera, []).append(image)
         self.states.append(frame.state)
@@ -89,14 +92,21 @@ def run_expert_episode(env, task: str, seed: int, reader: SceneReader) -> tuple[
     return recorder.episode(success, extra), {"success": success, "frames": len(recorder.states)}
 
 
-def task_dataset_writer(out: str | Path, image_size: int) -> LeRobotWriter:
-    """The LeRobot dataset (appended if it exists) of the task suite's episodes."""
+def state_names(robot: str) -> list[str]:
+    """The policy state's (and action's) columns: the arm's joints, then the gripper width."""
+    return [*load_robot(robot).joints, "gripper_width"]
+
+
+def task_dataset_writer(out: str | Path, image_size: int, robot: str = "fr3") -> LeRobotWriter:
+    """The LeRobot dataset (appended if it exists) of the task suite's episodes on `robot`."""
+    names = state_names(robot)
     return LeRobotWriter(
         out,
         fps=1.0 / CONTROL_DT,
         cameras={c: (image_size, image_size) for c in CAMERAS},
-        state_names=STATE_NAMES,
-        action_names=STATE_NAMES,
+        state_names=names,
+        action_names=names,
+        robot_type=robot,
         env_state_names=ENV_STATE_NAMES,
     )
 

@@ -22,11 +22,11 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
     HALF,
-    TCP_OFFSET,
     ZONE_CENTRE,
     EpisodeSetup,
     SceneSnapshot,
 )
+from vla_runtime.sim.workcell import TCP_SITE
 
 OPEN = 0.08
 CLOSED = 0.0
@@ -64,7 +64,7 @@ def cube_yaw(quat_wxyz) -> float:
 
 
 class ArmKinematics:
-    """FR3 forward kinematics and IK for the TCP on a private MjData of the scene model."""
+    """The arm's forward kinematics and IK for the TCP on a private MjData of the scene model."""
 
     def __init__(self, model: mujoco.MjModel, robot: str = "fr3"):
         self.model = model
@@ -72,6 +72,7 @@ class ArmKinematics:
         self.robot = load_robot(robot)
         self.dof = self.robot.dof
         self.hand = model.body("hand").id
+        self.tcp = model.site(TCP_SITE).id
         self.lower = np.array(self.robot.position_min) + 0.05
         self.upper = np.array(self.robot.position_max) - 0.05
         self.home = np.array(self.robot.home)
@@ -82,7 +83,7 @@ class ArmKinematics:
         self.data.qpos[: self.dof] = q
         mujoco.mj_kinematics(self.model, self.data)
         rotation = self.data.xmat[self.hand].reshape(3, 3).copy()
-        return self.data.xpos[self.hand] + TCP_OFFSET * rotation[:, 2], rotation
+        return self.data.site_xpos[self.tcp].copy(), rotation
 
     def solve(self, q_seed, position, rotation, iterations: int = 12) -> np.ndarray:
         """Joint positions putting the TCP at `position` with hand orientation `rotation`."""

@@ -75,8 +75,9 @@ def collect_recovery(
         raise ValueError("seeds >= 90000 are reserved for evaluation")
     policy = load_policy("torch", checkpoint, seed=0)
     size = policy.spec.cameras[0].height
-    writer = task_dataset_writer(out, size)
-    env = InProcessEnv(task, size)
+    robot = policy.spec.robot or "fr3"
+    writer = task_dataset_writer(out, size, robot)
+    env = InProcessEnv(task, size, robot=robot)
     reader = SceneReader(env.model, scene_colours())
     branches = branch_successes = policy_successes = done = cut_branches = 0
     refused_rollouts = 0
@@ -106,7 +107,7 @@ def collect_recovery(
                 rows = chunk_to_positions(chunk, frame.state, policy.spec)
                 for a in clip_to_limits(rows, env.sim.robot):
                     try:
-                        frame = env.step(a[:7], float(a[7]))
+                        frame = env.step(a[:-1], float(a[-1]))
                     except CommandRefused:  # the arm's reflex ends this rollout
                         steps, refused_rollouts = setup.max_steps, refused_rollouts + 1
                         break

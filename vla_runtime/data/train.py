@@ -175,6 +175,20 @@ def learning_rate(step: int, total: int, peak: float, warmup: int = 200) -> floa
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def for_another_arm(source: VLAModel, spec) -> VLAModel:
+    """`source`'s architecture for `spec`'s state and action columns (another arm): every
+    weight whose shape still fits carries over (vision, language, backbone), the layers that
+    read the state or write the actions start fresh."""
+    model = VLAModel(replace(source.cfg, state_dim=spec.state_dim, action_dim=spec.action_dim))
+    target = model.state_dict()
+    fits = {
+        k: v for k, v in source.state_dict().items() if k in target and v.shape == target[k].shape
+    }
+    model.load_state_dict(fits, strict=False)
+    print(f"init from another arm: {len(fits)} of {len(target)} tensors carried over")
+    return model.train()
+
+
 def train(
     data_dirs: list[str],
     out: str | Path,
@@ -210,7 +224,11 @@ def train(
     ((height, width),) = shapes
     if height != width:
         raise ValueError("the reference model's default spec wants square images")
-    spec = default_spec(image_size=height, action_space=ActionSpace(action_space))
+    robots = {load_metadata(d).info.get("robot_type") or "fr3" for d in data_dirs}
+    if len(robots) != 1:
+        raise ValueError(f"the datasets hold episodes of different robots: {sorted(robots)}")
+    (robot,) = robots
+    spec = default_spec(image_size=height, action_space=ActionSpace(action_space), robot=robot)
     deltas = spec.action_space == ActionSpace.JOINT_DELTAS
     cameras = [c.name for c in spec.cameras]
     if sorted(cameras) != sorted(meta.camera_shapes):
@@ -259,6 +277,8 @@ def train(
             model = load_checkpoint(init).model.train()
             if model.cfg.image_height != height or model.cfg.chunk_len != spec.chunk_len:
                 raise ValueError(f"{init} was built for other images or chunk length")
+            if (model.cfg.state_dim, model.cfg.action_dim) != (spec.state_dim, spec.action_dim):
+                model = for_another_arm(model, spec)
             if not model.cfg.aux_dim:
                 aux = None
         everything = np.arange(len(data))

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vla_runtime.core.robot import load_robot
 from vla_runtime.engine.policy import ActionSpace, CameraSpec, PolicyError, PolicySpec
 
 BOS = 256
@@ -113,21 +114,24 @@ def default_spec(
     chunk_len: int = 16,
     image_size: int = 224,
     action_space: ActionSpace = ActionSpace.JOINT_POSITIONS,
+    robot: str = "fr3",
 ) -> PolicySpec:
-    """Franka FR3 joint positions (or deltas) + gripper width, scene and wrist cameras."""
-    joints = tuple(f"fr3_joint{i}" for i in range(1, 8)) + ("fr3_finger_joint1",)
+    """The robot's arm joint positions (or deltas) + gripper width, scene and wrist cameras."""
+    config = load_robot(robot)
+    joints = (*config.joints, config.gripper_joints[0])
     return PolicySpec(
         cameras=(
             CameraSpec("scene", image_size, image_size),
             CameraSpec("wrist", image_size, image_size),
         ),
-        state_dim=8,
-        action_dim=8,
+        state_dim=len(joints),
+        action_dim=len(joints),
         chunk_len=chunk_len,
         dt=0.05,
         action_space=ActionSpace(action_space),
         gripper=True,
         joint_names=joints,
+        robot=robot,
     )
 
 

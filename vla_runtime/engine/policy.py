@@ -34,6 +34,8 @@ class PolicySpec:
     action_space: ActionSpace = ActionSpace.JOINT_POSITIONS
     gripper: bool = True
     joint_names: tuple[str, ...] = ()
+    # The arm it was trained for (config/robots/<robot>.yaml); "" = not said (remote servers).
+    robot: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -42,6 +42,7 @@ class PolicySource:
     openpi_state_key: str = "observation/state"
     api_key_file: str = ""  # openpi, ray: a file holding this robot's API key
     tls_ca: str = ""  # openpi, ray over TLS: CA bundle of the server's certificate
+    robot: str = "fr3"  # the arm driven: random weights get its columns
 
     @property
     def location(self) -> str:
@@ -83,6 +84,7 @@ class PolicySource:
             seed=self.seed,
             threads=self.threads,
             noise_scale=self.noise_scale,
+            robot=self.robot,
         )
 
     def _openpi(self) -> OpenpiPolicy:

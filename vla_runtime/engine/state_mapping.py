@@ -97,7 +97,15 @@ class StateMapping:
             raise SyncError(f"joint state is not finite: {state.tolist()}")
         return state
 
-    def check_spec(self, spec: PolicySpec) -> None:
+    def check_spec(self, spec: PolicySpec, robot: str = "") -> None:
+        """Refuses, with one line, a policy whose columns are not this mapping's; `robot`: the
+        arm driven, which a checkpoint trained for another arm does not fit even when the
+        shapes agree (an FR3 policy on a Panda)."""
+        if spec.robot and robot and spec.robot != robot:
+            raise ValueError(
+                f"the policy was trained for robot '{spec.robot}', this engine drives '{robot}': "
+                f"use a {robot} checkpoint"
+            )
         if spec.state_dim != self.state_dim:
             raise ValueError(
                 f"policy state_dim {spec.state_dim} != {len(self.arm_joints)} arm joints"

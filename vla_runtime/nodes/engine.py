@@ -186,7 +186,7 @@ class EngineNode(RuntimeNode):
         except Exception as exc:  # remote server not reachable (yet)
             self._fail("setup", f"policy spec unavailable: {exc}")
             return False
-        self.mapping.check_spec(spec)
+        self.mapping.check_spec(spec, self.params.robot)
         p = self.params
         names = observation.camera_topics(spec, p.cameras)
         if hasattr(self.policy, "expected_spec"):  # a restarted server must serve the same

@@ -56,7 +56,13 @@ def run_node(make_node: Callable[[], Node], argv: list[str] | None = None) -> in
     node = None
     code = 0
     try:
-        node = make_node()
+        try:
+            node = make_node()
+        except (ValueError, FileNotFoundError) as exc:
+            # A bad parameter or a missing file: the reason is the whole story.
+            print(f"configuration error: {exc}", file=sys.stderr)
+            code = 1
+            return code
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not stop.is_set() and rclpy.ok():

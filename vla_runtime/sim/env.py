@@ -26,19 +26,20 @@ class CommandRefused(RuntimeError):
 
 
 def clip_to_limits(rows: np.ndarray, robot, gripper_max: float | None = None) -> np.ndarray:
-    """Joint-limit clip of chunk rows (7 arm joints + gripper column), what the safety node's
+    """Joint-limit clip of chunk rows (arm joints + gripper column), what the safety node's
     clip verdict does; the harness applies it on every path so one stray action beyond a limit
     does not make the driver reject the whole chunk."""
     rows = np.array(rows, dtype=float)
-    rows[:, :7] = np.clip(rows[:, :7], robot.position_min, robot.position_max)
+    dof = robot.dof
+    rows[:, :dof] = np.clip(rows[:, :dof], robot.position_min, robot.position_max)
     top = robot.gripper_max_width if gripper_max is None else gripper_max
-    rows[:, 7] = np.clip(rows[:, 7], 0.0, top)
+    rows[:, dof] = np.clip(rows[:, dof], 0.0, top)
     return rows
 
 
 @dataclass
 class Frame:
-    """One synchronised observation: images, policy state (7 joints + width), full qpos."""
+    """One synchronised observation: images, policy state (arm joints + width), full qpos."""
 
     time: float
     images: dict[str, np.ndarray]
@@ -49,12 +50,14 @@ class Frame:
 class InProcessEnv:
     """Simulator + renderers in this process (no ROS): fast and deterministic."""
 
-    def __init__(self, task: str, image_size: int = DEFAULT_IMAGE_SIZE, cameras=CAMERAS):
-        self.sim = TaskSimulator(task)
+    def __init__(self, task: str, image_size: int = DEFAULT_IMAGE_SIZE, cameras=CAMERAS,
+                 robot: str = "fr3"):  # fmt: skip
+        self.sim = TaskSimulator(task, robot=robot)
         self.renderers = {
             c: SceneRenderer(self.sim.xml, c, image_size, image_size) for c in cameras
         }
         self.model = self.sim.model
+        self.robot = self.sim.robot
         self._names = (*self.sim.robot.joints, self.sim.robot.gripper_joints[0])
 
     @property

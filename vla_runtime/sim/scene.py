@@ -11,11 +11,12 @@ from pathlib import Path
 
 import mujoco
 
-from vla_runtime.core.robot import load_robot
+from vla_runtime.core.robot import SIMULATED_ROBOTS, load_robot
 from vla_runtime.sim.ur5e import build_ur5e_scene
 from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
     SceneConfig,
+    add_tcp_site,
     add_workcell,
     compile_scene,
     configure_hand,
@@ -29,12 +30,17 @@ def franky_fr3_assets() -> Path:
     return Path(franky_sim.__file__).resolve().parent / "assets"
 
 
+FR3_TCP_OFFSET = 0.1034  # m: franka_description's fr3_hand_tcp, the Franka Hand's fingertip centre
+
+
 def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, str]:
     """Compile the scene; returns the model and its self-contained MJCF string."""
     if config.robot == "ur5e":
         return build_ur5e_scene(config)
     if config.robot != "fr3":
-        raise ValueError(f"no simulated model for robot {config.robot!r} (only 'fr3', 'ur5e')")
+        raise ValueError(
+            f"no simulated model for robot {config.robot!r} (only {', '.join(SIMULATED_ROBOTS)})"
+        )
     robot = load_robot(config.robot)
     assets = franky_fr3_assets()
     spec = mujoco.MjSpec.from_file(str(assets / "fr3.xml"))
@@ -46,6 +52,7 @@ def build_scene(config: SceneConfig = SceneConfig()) -> tuple[mujoco.MjModel, st
     for finger in ("finger_joint1", "finger_joint2"):
         spec.joint(finger).frictionloss = 0.0
     configure_hand(spec.actuator(GRIPPER_ACTUATOR), robot.gripper_max_width)
+    add_tcp_site(spec.body("hand"), FR3_TCP_OFFSET)
     # Like the real FR3, whose controller always compensates gravity: without it the position
     # actuators sag by up to ~0.01 rad under the arm's weight.
     for body in spec.body("fr3_link1").find_all(mujoco.mjtObj.mjOBJ_BODY):

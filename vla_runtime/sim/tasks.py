@@ -20,14 +20,12 @@ import mujoco
 import numpy as np
 
 from vla_runtime.sim.simulator import Simulator
-from vla_runtime.sim.workcell import COLOURS, SceneConfig
+from vla_runtime.sim.workcell import COLOURS, TCP_SITE, SceneConfig
 
 TASKS = ("reach", "push", "pick", "dynamic_reach")
 CONTROL_DT = 0.05  # s per expert / policy step (the policy's dt)
 CUBE_SIZE = 0.04
 HALF = CUBE_SIZE / 2
-# Franka TCP: the fingertip centre, 0.1034 m along the hand's approach axis (+z of "hand").
-TCP_OFFSET = 0.1034
 # Targets are placed in this box (base frame), reachable with the gripper pointing down.
 REGION_X = (0.38, 0.62)
 REGION_Y = (-0.2, 0.2)
@@ -180,15 +178,14 @@ class SceneReader:
         self.model = model
         self.data = mujoco.MjData(model)
         self.colours = colours
-        self._hand = model.body("hand").id
+        self._tcp = model.site(TCP_SITE).id
         self._cube_adr = {c: model.joint(f"cube_{c}").qposadr[0] for c in colours}
         self._fingers = [model.joint(j).qposadr[0] for j in ("finger_joint1", "finger_joint2")]
 
     def snapshot(self, qpos) -> SceneSnapshot:
         self.data.qpos[:] = qpos
         mujoco.mj_kinematics(self.model, self.data)
-        hand = self.data.body(self._hand)
-        tcp = hand.xpos + TCP_OFFSET * hand.xmat.reshape(3, 3)[:, 2]
+        tcp = self.data.site_xpos[self._tcp]
         width = float(sum(self.data.qpos[a] for a in self._fingers))
         cubes = {c: self.data.qpos[a : a + 3].copy() for c, a in self._cube_adr.items()}
         return SceneSnapshot(tcp.copy(), width, cubes)

@@ -20,6 +20,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
     SceneConfig,
+    add_tcp_site,
     add_workcell,
     compile_scene,
     configure_hand,
@@ -48,6 +49,7 @@ BASE_YAW = math.pi
 BASE_HEIGHT = 0.086  # m, the fixed base cylinder under the shoulder
 GRIPPER_MAX_WIDTH = 0.085  # m, Robotiq 2F-85 stroke
 GRIPPER_LENGTH = 0.15  # m, flange to fingertips
+TCP_OFFSET = GRIPPER_LENGTH - 0.01  # the fingertips' centre, 1 cm above their tips as the FR3's
 # Contact bits: the arm and gripper touch the world (table, cubes) but not each other, since the
 # capsule links overlap at the joints.
 ARM_CONTYPE, ARM_CONAFFINITY = 2, 1
@@ -133,6 +135,7 @@ def _add_gripper(flange, spec) -> None:
         _arm_geom(finger, mass=0.05, type=mujoco.mjtGeom.mjGEOM_BOX, size=finger_half,
                   pos=[0, finger_half[1], 0], rgba=[0.3, 0.3, 0.3, 1],
                   friction=[1.5, 0.01, 0.001])  # fmt: skip
+    add_tcp_site(hand, TCP_OFFSET)
     tendon = spec.add_tendon(name="split")
     tendon.wrap_joint("finger_joint1", 0.5)
     tendon.wrap_joint("finger_joint2", 0.5)

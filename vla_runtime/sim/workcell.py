@@ -31,6 +31,7 @@ TABLE_HALF_SIZE = (0.6, 0.8, 0.02)
 TABLE_CENTRE_X = 0.35
 FLOOR_Z = -0.75
 GRIPPER_ACTUATOR = "hand"  # every robot's gripper actuator, a spring on the fingers' tendon
+TCP_SITE = "tcp"  # every robot's TCP, the fingertips' centre, a site on its "hand" body
 GRIPPER_OPEN_CTRL = 255.0  # the franky-sim "hand" actuator: 0 closed .. 255 fully open
 # The hand squeezes what it closes on with this force per finger (N): the grasp force the real
 # drivers command (core/gripper_intent.py's default). The franky-sim spring (100 N/m on the mean
@@ -173,6 +174,12 @@ def add_workcell(spec: mujoco.MjSpec, config: SceneConfig) -> list[tuple[np.ndar
             fovy=config.wrist_fovy_deg,
         )
     return poses
+
+
+def add_tcp_site(hand, offset: float) -> None:
+    """The TCP `offset` along the hand body's approach axis (+z); never rendered (group 4)."""
+    hand.add_site(name=TCP_SITE, pos=[0.0, 0.0, offset], size=[0.002, 0.002, 0.002], group=4,
+                  rgba=[0.0, 0.0, 0.0, 0.0])  # fmt: skip
 
 
 def configure_hand(actuator, max_width: float) -> None:

@@ -84,9 +84,9 @@ class SimStack:
     """The processes of `stack` (a `sim_stack`), started as the launcher starts them on a ROS
     domain of their own, and a client node."""
 
-    def __init__(self, stack: Stack):
+    def __init__(self, stack: Stack, robot: str = "fr3"):
         self.stack = stack
-        self.robot = load_robot("fr3")
+        self.robot = load_robot(robot)
         self.cameras = tuple(
             n.parameters["camera_name"] for n in self.stack.nodes if n.executable == "vla-camera"
         )
@@ -217,11 +217,13 @@ class RosEnv:
     ):
         """The sim stack of `task` with the policy nodes named in `nodes` (see `sim_stack`)."""
         self.task = task
+        robot = (arguments or {}).get("robot", "fr3")
         stack = sim_stack(task, image_size, not realtime, nodes, arguments, parameters)
-        self.stack = SimStack(stack)
+        self.stack = SimStack(stack, robot)
+        self.robot = self.stack.robot
         self.realtime = realtime
         # The expert and the detectors use the same model as the driver (built identically).
-        self.model = TaskSimulator(task).model
+        self.model = TaskSimulator(task, robot=robot).model
         self.setup = None
         try:
             self._warm_up()

@@ -81,6 +81,11 @@ class LeRobotWriter:
         if info_path.is_file():
             existing = load_metadata(self.root)
             existing_env = existing.info["features"].get(ENV_STATE_KEY, {}).get("names")
+            existing_robot = existing.info.get("robot_type")
+            if existing_robot != self.robot_type:
+                raise DatasetError(
+                    f"{self.root} holds {existing_robot} episodes; cannot append {self.robot_type}"
+                )
             if (
                 existing.info["fps"] != self.fps
                 or existing.camera_shapes != self.cameras
