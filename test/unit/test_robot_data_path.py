@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.data.ab import ab_main
 from vla_runtime.data.collect import collect, collect_main
 from vla_runtime.data.evaluate import eval_main
 from vla_runtime.data.expert_recording import run_expert_episode, task_dataset_writer
@@ -89,3 +90,16 @@ def test_eval_runs_a_checkpoint_on_its_own_arm_only(capsys, tmp_path):
                       "--episodes", "1", "--json", "--no-progress"]) == 0  # fmt: skip
     summary = json.loads(capsys.readouterr().out)
     assert summary["episodes"] == 1 and summary["inference_latency_ms"]["count"] > 0
+
+
+def test_ab_compares_engines_on_a_simulated_arm_with_that_arms_checkpoint(capsys):
+    fr3 = str(shipped_checkpoint())
+    common = ["--a", "backend=torch", "--b", "backend=onnxruntime", "--task", "reach", "--sim"]
+    for argv, reason in (
+        (["--robot", "panda", "--ckpt", fr3], "the simulated workcell has fr3, ur5e only"),
+        (["--robot", "ur5e", "--ckpt", fr3], "was trained for fr3, not ur5e"),
+    ):
+        with pytest.raises(SystemExit):
+            ab_main([*common, *argv])
+        err = capsys.readouterr().err.strip()
+        assert reason in err and len(err.splitlines()) == 1, err

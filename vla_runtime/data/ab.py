@@ -38,6 +38,8 @@ from vla_runtime.core.ab_plan import (
 )
 from vla_runtime.core.ab_stats import PairedSprt, rms_jerk
 from vla_runtime.core.operator_episodes import OperatorEpisodes
+from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data import stack_eval
 from vla_runtime.data.ab_cli import REAL_STACKS, build_parser
 from vla_runtime.data.ab_operator import OperatorArm, OperatorConsole
@@ -45,16 +47,18 @@ from vla_runtime.data.ab_summary import summarise_ab
 from vla_runtime.data.evaluate import checkpoint_image_size
 from vla_runtime.data.record import TopicRecorder
 from vla_runtime.data.rosbag2_bag import BagWriter
+from vla_runtime.engine.checkpoint import load_spec
+from vla_runtime.engine.policy import PolicyError
 from vla_runtime.stack.resolver import StackError, coerce_scalar, resolve_stack
 
 LOG = "episodes.jsonl"
 
 
 def arm_stacks(spec_a: dict, spec_b: dict, task: str, base: dict, robot: str, sim: bool) -> dict:
-    """The stack of each arm: the simulated FR3 workcell, or the robot's real stack with the
+    """The stack of each arm: the robot in the simulated workcell, or its real stack with the
     policy on. A spec naming something the stack does not take is refused here, before any
     episode runs."""
-    name, arguments = ("sim", {"task": task}) if sim else REAL_STACKS[robot]
+    name, arguments = ("sim", {"task": task, "robot": robot}) if sim else REAL_STACKS[robot]
     stacks = {}
     for arm, spec in (("a", spec_a), ("b", spec_b)):
         try:
@@ -254,12 +258,20 @@ def commanded_jerk(harness, t0: float, duration_s: float) -> float | None:
 def ab_main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.sim and args.robot != "fr3":
-        parser.error(f"--robot {args.robot} --sim: the simulated workcell has the FR3 only")
+    if args.sim and args.robot not in SIMULATED_ROBOTS:
+        parser.error(f"--robot {args.robot} --sim: the simulated workcell has "
+                     f"{', '.join(SIMULATED_ROBOTS)} only")  # fmt: skip
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
+    args.ckpt = args.ckpt or str(shipped_checkpoint(args.robot))
     if not os.path.isdir(args.ckpt):
         parser.error(f"--ckpt {args.ckpt}: no such checkpoint directory")
+    try:
+        trained_for = load_spec(args.ckpt).robot or "fr3"  # older checkpoints: FR3 only
+    except PolicyError as exc:
+        parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc})")
+    if trained_for != args.robot:
+        parser.error(f"--ckpt {args.ckpt} was trained for {trained_for}, not {args.robot}")
     spec_a = parse_engine_spec(args.a, coerce_scalar)
     spec_b = parse_engine_spec(args.b, coerce_scalar)
     if spec_a == spec_b:

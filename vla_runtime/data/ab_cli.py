@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from vla_runtime.core.ab_plan import ORDERS
 from vla_runtime.core.help_text import CommandParser, help_summary
-from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.eval_cli import EVAL_SEED
 from vla_runtime.sim.tasks import TASKS
 
@@ -24,7 +23,7 @@ def build_parser() -> CommandParser:
     parser.add_argument("--b", required=True, metavar="SPEC", help="arm B's engine")
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--robot", default="fr3", choices=sorted(REAL_STACKS),
-                        help="the arm (simulated: fr3 only)")  # fmt: skip
+                        help="the arm (simulated: fr3, ur5e)")  # fmt: skip
     parser.add_argument("--sim", action="store_true",
                         help="the simulated workcell; without it, the robot's real stack with "
                         "operator-driven episodes (keys on stdin)")  # fmt: skip
@@ -33,7 +32,7 @@ def build_parser() -> CommandParser:
     parser.add_argument("--episodes", type=int, default=20, help="episodes per arm (pairs)")
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="first scene seed")
     parser.add_argument("--order", choices=ORDERS, default="abba")
-    parser.add_argument("--ckpt", default=str(shipped_checkpoint()), help="checkpoint directory")
+    parser.add_argument("--ckpt", help="checkpoint directory (default: the robot's shipped one)")
     parser.add_argument("--out", help="folder for the log and the report (default runs/ab_TASK)")
     parser.add_argument("--resume", action="store_true", help="continue the log in --out")
     parser.add_argument("--sequential", action="store_true",
