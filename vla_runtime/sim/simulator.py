@@ -285,8 +285,9 @@ class Simulator:
             )
         self._forward.accepted(now, self.setpoint)
         self._freeze(target)
-        # The step's velocity leads the servo for the interval it was judged over.
-        self._forward_until = now + dt
+        # The step's velocity leads the servo for the interval it was judged over (without
+        # feedforward there is no lead, and physics runs in whole batches).
+        self._forward_until = now + dt if self._velocity_lead_s.any() else None
         self.data.ctrl[self._arm_actuators] = target + self._velocity_lead_s * (target - start) / dt
         return None
 
