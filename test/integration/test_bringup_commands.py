@@ -1,7 +1,8 @@
 """The vendors' fake/mock hardware commands of docs/bringup.md start the simulated stacks: the
 arm's joint states arrive and it follows trajectories on the controller the arguments name
 (under franka_bringup's namespace where one is given, on the joint names their prefix gives),
-and the policy pipeline drives the arm on prefixed joint names."""
+and the policy pipeline drives the arm on prefixed joint names. Its UR direct-driver commands
+start the driver up to connecting to the (absent) controller."""
 
 from __future__ import annotations
 
@@ -75,6 +76,27 @@ def test_ur_mock_hardware_command_starts_the_simulated_ur5e_on_the_chosen_contro
     run_and_stop(
         proc, lambda: URProbe(domain, jtc="joint_trajectory_controller", commands=True), check
     )
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [("servo_lookahead_s:=0.1", "servo_gain:=300"), ("ur_type:=ur10e",)],
+    ids=["servo_gain", "ur10e"],
+)
+def test_ur_direct_commands_start_the_driver_up_to_its_controller_connection(arguments):
+    """The direct-driver commands of docs/bringup.md load the ur_driver's parameters (an integer
+    gain) and the UR type's description: with no UR controller at the address, the node ends
+    in ur_rtde's connection, never on a parameter."""
+    proc, _ = start_launcher(
+        "--duration", "60", "direct:=true", "robot_ip:=127.0.0.1", *arguments, stack="ur"
+    )
+    code, out = finish(proc, timeout=120)
+    assert code == 1, out  # the driver died: nothing to connect to
+    driver = out[out.index("node ur_driver") :].split("\n  node ")[0]
+    assert "died" in driver, out
+    assert "configuration error" not in out and "InvalidParameter" not in out, out
+    # ur_rtde's RTDEReceiveInterface refused the address (or ur_rtde is not installed)
+    assert "RTDEReceiveInterface" in driver or "No module named 'rtde" in driver, driver
 
 
 def test_franka_namespace_puts_the_simulated_arm_topics_under_it(tmp_path):

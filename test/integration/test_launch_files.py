@@ -41,8 +41,12 @@ LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
             },
         ),
         ("ur", {"launch_rviz": "true"}),
+        ("ur", {"direct": "true", "robot_ip": "192.168.1.10", "servo_lookahead_s": "0.1",
+                "servo_gain": "300"}),
+        ("ur", {"direct": "true", "robot_ip": "192.168.1.10", "ur_type": "ur10e"}),
+        ("ur", {"ur_type": "ur20", "camera_source": "file", "scene_device": "scene.avi"}),
     ],
-)
+)  # fmt: skip
 def test_launch_file_starts_the_stack_nodes(stack, arguments):
     description = get_launch_description_from_python_launch_file(
         str(LAUNCH_DIR / f"{stack}.launch.py")

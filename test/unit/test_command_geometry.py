@@ -106,7 +106,9 @@ def test_refuses_exactly_what_the_chunk_checker_truncates(name):
         theirs = [chunk_refusal(checker, q) for q in qs]
         refused = sum(r is not None for r in theirs)
         # The boundaries cut the sample: both decisions occur often enough to mean something.
-        assert 0.1 * SAMPLES < refused < 0.9 * SAMPLES, (label, refused)
+        # (A UR's shoulder frame stays at d1: a table above it would refuse every configuration,
+        # and near home only about a tenth of them reach below it.)
+        assert 0.05 * SAMPLES < refused < 0.9 * SAMPLES, (label, refused)
         for q, reason, culprit in zip(qs, mine, theirs, strict=True):
             if culprit is None:
                 assert reason is None, (label, q, reason)
@@ -248,7 +250,9 @@ def test_bad_input_is_refused_or_a_one_line_error():
 def test_each_robot_at_home_is_clear_of_the_workcell_its_safety_node_checks():
     # The UR5e's base is turned half a turn in the sim workcell: with the default (FR3) box its
     # home would be refused ("workspace plane x >= -0.25"), and the gate would never move it.
-    for name in ("fr3", "panda", "ur5e"):
+    # The other UR types take the UR5e's box: UR's home pose puts every one's hand along -x.
+    assert {"fr3", "panda", "ur3e", "ur5e", "ur10e", "ur16e", "ur20", "ur30"} <= set(ROBOTS)
+    for name in ROBOTS:
         robot = load_robot(name)
         workcell = workcell_for(SafetyParams(robot=name), robot)
         geometry = CommandGeometry.from_robot(robot, workcell)

@@ -1,4 +1,5 @@
-"""Forward kinematics against the MuJoCo FR3 model (franky-sim MJCF) and hand-derived UR5e poses."""
+"""Forward kinematics against the MuJoCo FR3 model (franky-sim MJCF) and hand-derived UR poses
+from Universal Robots' published DH tables."""
 
 from __future__ import annotations
 
@@ -135,6 +136,31 @@ def test_ur5e_base_rotation_rotates_the_tcp_about_z():
     np.testing.assert_allclose(
         UR5E.tcp_position(turned), [c * p[0] - s * p[1], s * p[0] + c * p[1], p[2]], atol=1e-12
     )
+
+
+# Universal Robots' DH table (universal-robots.com "DH Parameters for calculations of
+# kinematics and dynamics"), m: d1, a2, a3, d4, d5, d6.
+UR_DH = {
+    "ur3e": (0.15185, -0.24355, -0.2132, 0.13105, 0.08535, 0.0921),
+    "ur5e": (0.1625, -0.425, -0.3922, 0.1333, 0.0997, 0.0996),
+    "ur10e": (0.1807, -0.6127, -0.57155, 0.17415, 0.11985, 0.11655),
+    "ur16e": (0.1807, -0.4784, -0.36, 0.17415, 0.11985, 0.11655),
+    "ur20": (0.2363, -0.862, -0.7287, 0.201, 0.1593, 0.1543),
+    "ur30": (0.2363, -0.637, -0.5037, 0.201, 0.1593, 0.1543),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UR_DH))
+def test_every_ur_type_has_the_published_dh_table(name):
+    d1, a2, a3, d4, d5, d6 = UR_DH[name]
+    chain = chain_for(name)
+    assert chain.name == name and chain.dof == load_robot(name).dof == 6
+    # q = 0 stretches the arm along -x (see the UR5e above); upright, the lengths add up in z.
+    np.testing.assert_allclose(chain.tcp_position(np.zeros(6)), [a2 + a3, -d4 - d6, d1 - d5],
+                               atol=1e-12)  # fmt: skip
+    upright = np.array([0.0, -math.pi / 2, 0.0, -math.pi / 2, 0.0, 0.0])
+    np.testing.assert_allclose(chain.tcp_position(upright), [0.0, -d4 - d6, d1 - a2 - a3 + d5],
+                               atol=1e-12)  # fmt: skip
 
 
 def test_batches_equal_single_evaluations():

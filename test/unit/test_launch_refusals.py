@@ -32,6 +32,10 @@ def test_checkpoint_less_policy_is_refused_on_a_real_arm(capsys):
         ),
         (["ur", "tf_prefix:=left/"], "tf_prefix must be a ROS name fragment"),
         (["ur", "use_mock_hardware:=true", "use_sim:=false"], "disagree (both set use_sim)"),
+        (["ur", "--sim", "ur_type:=ur10e"], "the simulator models only the UR5e"),
+        (["ur", "use_mock_hardware:=true", "ur_type:=ur20"], "the simulator models only the UR5e"),
+        (["ur", "ur_type:=ur5"], "ur_type must be one of"),
+        (["ur", "direct:=true", "servo_gain:=stiff"], "servo_gain: expected a number, got 'stiff'"),
     ],
 )
 def test_vendor_arguments_that_cannot_run_are_refused_in_one_line(capsys, arguments, reason):

@@ -18,7 +18,7 @@ from vla_runtime.core.safety.manufacturer_limits import (
     load_manufacturer_limits,
 )
 
-ROBOTS = ("fr3", "panda", "ur5e")
+ROBOTS = ("fr3", "panda", "ur3e", "ur5e", "ur10e", "ur16e", "ur20", "ur30")
 FR3 = load_robot("fr3")
 T = 0.001  # libfranka's period: the FR3 judges every millisecond
 
@@ -48,6 +48,43 @@ def test_published_numbers_as_franka_and_ur_print_them():
     ur5e = load_manufacturer_limits("ur5e")
     assert ur5e.acceleration is None and ur5e.jerk is None  # UR publishes neither
     assert ur5e.position_max[2] == pytest.approx(math.pi)
+
+
+DEG = math.pi / 180
+# Universal_Robots_ROS2_Description config/<type>/joint_limits.yaml: max_velocity per joint, deg/s.
+UR_VELOCITY_DEG = {
+    "ur3e": (180, 180, 180, 360, 360, 360),
+    "ur5e": (180,) * 6,
+    "ur10e": (120, 120, 180, 180, 180, 180),
+    "ur16e": (120, 120, 180, 180, 180, 180),
+    "ur20": (120, 120, 150, 210, 210, 210),
+    "ur30": (120, 120, 150, 210, 210, 210),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UR_VELOCITY_DEG))
+def test_every_ur_type_has_the_published_limits_and_the_gate_keeps_within_them(name):
+    published = load_manufacturer_limits(name)
+    assert published.velocity == pytest.approx([v * DEG for v in UR_VELOCITY_DEG[name]], abs=1e-9)
+    assert published.position_max[2] == pytest.approx(math.pi)  # the elbow: +-180 deg
+    assert published.position_min[0] == pytest.approx(-2 * math.pi)
+    assert published.acceleration is None and published.jerk is None  # UR publishes neither
+    robot = load_robot(name)  # what the gate enforces: never beyond the published table
+    assert robot.velocity == pytest.approx(published.velocity, abs=1e-9)
+    assert all(lo >= p for lo, p in zip(robot.position_min, published.position_min, strict=True))
+    assert all(hi <= p for hi, p in zip(robot.position_max, published.position_max, strict=True))
+    assert robot.controllers["trajectory"] == "scaled_joint_trajectory_controller"
+
+
+def test_the_ur3e_wrist_3_has_no_published_position_limit():
+    published = load_manufacturer_limits("ur3e")
+    assert published.position_min[5] == -math.inf and published.position_max[5] == math.inf
+    ur3e = load_robot("ur3e")
+    assert ur3e.position_max[5] == pytest.approx(2 * math.pi)  # the gate's own choice
+    wound = np.tile(np.array(ur3e.home), (3, 1))
+    wound[:, 5] = 3 * math.pi  # one and a half turns: UR's table allows it, the gate's does not
+    assert audit_against_manufacturer(wound, published, 1.0).unsafe == 0
+    assert audit_commands(wound, ur3e, 1.0).reasons["position"] == 3
 
 
 def cruise(q0, joint, speed, n=50):
@@ -114,6 +151,9 @@ def write_table(tmp_path, edit):
         (lambda r: r["velocity"].update(values=[0.0] * 7), "velocity: limits must be"),
         (lambda r: r.update(velocity_limits_model="guess"), "unknown velocity limit model"),
         (lambda r: r.pop("position_min"), "block 'position_min' missing"),
+        # Only a joint without limit is infinite, and only outwards.
+        (lambda r: r["position_min"]["values"].__setitem__(0, math.inf), "non-finite"),
+        (lambda r: r["velocity"]["values"].__setitem__(0, math.inf), "non-finite"),
     ],
 )
 def test_a_bad_table_is_one_line_naming_the_file(tmp_path, edit, message):

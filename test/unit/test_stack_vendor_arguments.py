@@ -214,6 +214,61 @@ def test_ur_tf_prefix_is_prepended_as_given_for_every_node(path):
     )
 
 
+UR_TYPES = ("ur3e", "ur5e", "ur10e", "ur16e", "ur20", "ur30")  # config/robots/<ur_type>.yaml
+
+
+@pytest.mark.parametrize("ur_type", UR_TYPES)
+@pytest.mark.parametrize("path", [{"direct": True, "robot_ip": "10.0.0.2"}, {}])
+def test_every_ur_type_is_the_robot_of_every_node_on_a_real_arm(ur_type, path):
+    by_name = nodes("ur", ur_type=ur_type, policy=True, scheduler=True, **path)
+    robots = {n: node.parameters["robot"] for n, node in by_name.items()
+              if "robot" in node.parameters}  # fmt: skip
+    assert set(robots) == {"engine", "safety", "streamer", "scheduler"} | (
+        {"ur_driver"} if path else set()
+    )
+    assert set(robots.values()) == {ur_type}
+    if path:
+        driver = by_name["ur_driver"].parameters
+        assert driver["trajectory_controller"] == "scaled_joint_trajectory_controller"
+
+
+@pytest.mark.parametrize("ur_type", [t for t in UR_TYPES if t != "ur5e"])
+def test_the_simulator_models_only_the_ur5e(ur_type):
+    message = (f"stack 'ur' with use_sim:=true ur_type:={ur_type}: the simulator models only the "
+               "UR5e (ur_type:=ur5e); other UR types run on a real arm.")  # fmt: skip
+    assert refusal("ur", use_mock_hardware=True, ur_type=ur_type) == message
+    assert refusal("ur", use_sim=True, ur_type=ur_type) == message
+
+
+def test_ur_types_without_a_description_are_refused_in_one_line():
+    assert refusal("ur", ur_type="ur5", direct=True) == (
+        "stack 'ur': ur_type must be one of ['ur10e', 'ur16e', 'ur20', 'ur30', 'ur3e', 'ur5e'], "
+        "got 'ur5' (no robot description (limits, kinematics) of other UR types here)"
+    )
+
+
+def test_ur_servo_arguments_take_integers_and_refuse_text():
+    # docs/bringup.md: servo_lookahead_s:=0.1 servo_gain:=300 (300 is an integer to YAML)
+    driver = nodes("ur", direct=True, servo_lookahead_s=0.1, servo_gain=300)["ur_driver"]
+    gain = driver.parameters["servo_gain"]
+    assert type(gain) is float and gain == 300.0
+    assert "servo_gain: expected a number, got 'stiff'" in refusal("ur", servo_gain="stiff")
+
+
+def test_ur_camera_source_file_plays_video_files_as_the_franka_stack_does():
+    videos = {"camera_source": "file", "scene_device": "scene.avi", "wrist_device": "wrist.avi"}
+    ur = nodes("ur", **videos)
+    scene, wrist = ur["scene_camera"].parameters, ur["wrist_camera"].parameters
+    assert (scene["source"], scene["path"]) == ("file", "scene.avi")
+    assert (wrist["source"], wrist["path"]) == ("file", "wrist.avi")
+    franka = nodes("franka", **videos)
+    assert franka["scene_camera"].parameters == scene
+    assert franka["wrist_camera"].parameters == wrist
+    device = nodes("ur")["scene_camera"].parameters
+    assert (device["source"], device["device"]) == ("device", "0")
+    assert nodes("ur", use_sim=True, **videos)["scene_camera"].parameters["source"] == "sim"
+
+
 def test_launch_rviz_is_a_note():
     assert resolve_stack("ur", {"tf_prefix": "left_"}).notes == ()
     stack = resolve_stack("ur", {"launch_rviz": True})

@@ -1,8 +1,9 @@
 """Forward kinematics of the supported arms from their published DH parameters (no ROS, numpy).
 
-Franka FR3 and Panda share Craig's modified DH table (Franka docs); the UR5e uses standard DH
-(Universal Robots). All functions take batches of configurations, shape (..., dof), because the
-safety checks evaluate whole chunks at once. Positions are in the robot base frame, metres.
+Franka FR3 and Panda share Craig's modified DH table (Franka docs); the UR arms (UR3e, UR5e,
+UR10e, UR16e, UR20, UR30) use standard DH (Universal Robots). All functions take batches of
+configurations, shape (..., dof), because the safety checks evaluate whole chunks at once.
+Positions are in the robot base frame, metres.
 """
 
 from __future__ import annotations
@@ -156,17 +157,33 @@ FRANKA = DHChain(
     tool=_fixed(rot_z=-math.pi / 4, z=0.1034),
     hand=FRANKA_HAND,
 )
-# Universal Robots' published UR5e DH parameters (standard convention); TCP = flange (no tool).
-UR5E = DHChain(
-    name="ur5e",
-    a=(0.0, -0.425, -0.3922, 0.0, 0.0, 0.0),
-    d=(0.1625, 0.0, 0.0, 0.1333, 0.0997, 0.0996),
-    alpha=(_HALF_PI, 0.0, 0.0, _HALF_PI, -_HALF_PI, 0.0),
-    modified=False,
-    flange=np.eye(4),
-    tool=np.eye(4),
-)
-CHAINS = {"fr3": FRANKA, "panda": FRANKA, "ur5e": UR5E}
+
+
+def _ur(name: str, d1: float, a2: float, a3: float, d4: float, d5: float, d6: float) -> DHChain:
+    """A UR arm: every model shares one standard DH layout and differs only in its lengths (m);
+    TCP = flange (no tool)."""
+    return DHChain(
+        name=name,
+        a=(0.0, a2, a3, 0.0, 0.0, 0.0),
+        d=(d1, 0.0, 0.0, d4, d5, d6),
+        alpha=(_HALF_PI, 0.0, 0.0, _HALF_PI, -_HALF_PI, 0.0),
+        modified=False,
+        flange=np.eye(4),
+        tool=np.eye(4),
+    )
+
+
+# Universal Robots' published DH parameters of the e-Series, UR20 and UR30 (universal-robots.com
+# "DH Parameters for calculations of kinematics and dynamics"; the same numbers as
+# Universal_Robots_ROS2_Description config/<type>/default_kinematics.yaml).
+UR3E = _ur("ur3e", d1=0.15185, a2=-0.24355, a3=-0.2132, d4=0.13105, d5=0.08535, d6=0.0921)
+UR5E = _ur("ur5e", d1=0.1625, a2=-0.425, a3=-0.3922, d4=0.1333, d5=0.0997, d6=0.0996)
+UR10E = _ur("ur10e", d1=0.1807, a2=-0.6127, a3=-0.57155, d4=0.17415, d5=0.11985, d6=0.11655)
+UR16E = _ur("ur16e", d1=0.1807, a2=-0.4784, a3=-0.36, d4=0.17415, d5=0.11985, d6=0.11655)
+UR20 = _ur("ur20", d1=0.2363, a2=-0.862, a3=-0.7287, d4=0.201, d5=0.1593, d6=0.1543)
+UR30 = _ur("ur30", d1=0.2363, a2=-0.637, a3=-0.5037, d4=0.201, d5=0.1593, d6=0.1543)
+UR_CHAINS = {chain.name: chain for chain in (UR3E, UR5E, UR10E, UR16E, UR20, UR30)}
+CHAINS = {"fr3": FRANKA, "panda": FRANKA, **UR_CHAINS}
 
 
 def chain_for(robot: str) -> DHChain:

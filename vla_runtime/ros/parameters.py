@@ -12,7 +12,7 @@ takes the parameters set while the node runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
@@ -53,23 +53,30 @@ def defaults(cls) -> dict:
 
 def declare(node: Node, cls: type[P]) -> P:
     """Declare one parameter per field of `cls` and return `cls` built from the values the node
-    was started with, each converted to its default's type: `device:=0` (an int on the command
-    line) is the string "0", `fps: 15` (an int in YAML) is 15.0; what does not convert is a
-    one-line ValueError."""
+    was started with, each converted to its default's type (or its `ros_type`'s): `device:=0`
+    (an int on the command line) is the string "0", `gain:=300` or `fps: 15` (ints) are 300.0
+    and 15.0 where the default is a float, `workspace_min:=[0, 0, 0]` is a list of floats; what
+    does not convert is a one-line ValueError. Every parameter is dynamically typed, so that a
+    value of another type reaches that conversion rather than ending the node in rclpy's
+    InvalidParameterTypeException."""
     values, all_defaults = {}, defaults(cls)
     for f in dataclasses.fields(cls):
         default = all_defaults[f.name]
-        description = f.metadata.get("description", "")
-        if f.metadata.get("ros_type") is not None and default in (None, []):
-            # Typed but unset unless given: None (or an empty list) when the node gets none.
-            descriptor = ParameterDescriptor(description=description)
-            value = node.declare_parameter(f.name, f.metadata["ros_type"], descriptor).value
-            values[f.name] = default if value is None else list(value) if default == [] else value
-            continue
-        scalar = not isinstance(default, list)
-        descriptor = ParameterDescriptor(description=description, dynamic_typing=scalar)
-        value = node.declare_parameter(f.name, default, descriptor).value
-        values[f.name] = _converted(f.name, value, default) if scalar else list(value)
+        ros_type = f.metadata.get("ros_type")
+        descriptor = ParameterDescriptor(
+            description=f.metadata.get("description", ""), dynamic_typing=True
+        )
+        # Typed but unset unless given: None (or an empty list) when the node gets none.
+        unset = ros_type is not None and default in (None, [])
+        value = node.declare_parameter(f.name, None if unset else default, descriptor).value
+        if value is None:  # not given (or given as [], which ROS leaves unset)
+            values[f.name] = default
+        elif isinstance(default, list):
+            kind = _KINDS[ros_type] if ros_type is not None else _element_kind(default)
+            values[f.name] = _converted_list(f.name, value, kind)
+        else:
+            kind = _KINDS[ros_type] if default is None else type(default)
+            values[f.name] = _converted(f.name, value, kind)
     return cls(**values)
 
 
@@ -95,8 +102,34 @@ def on_run_time_set(node: Node, apply: Callable[[Parameter], str | None]) -> Non
     node.add_on_set_parameters_callback(on_set)
 
 
-def _converted(name: str, value, default):
-    kind = type(default)
+# The Python type of a parameter (of a list parameter's items) that `ros_type` names.
+_KINDS = {
+    Parameter.Type.BOOL: bool, Parameter.Type.INTEGER: int, Parameter.Type.DOUBLE: float,
+    Parameter.Type.STRING: str, Parameter.Type.BOOL_ARRAY: bool,
+    Parameter.Type.INTEGER_ARRAY: int, Parameter.Type.DOUBLE_ARRAY: float,
+    Parameter.Type.STRING_ARRAY: str,
+}  # fmt: skip
+
+
+def _element_kind(default: list) -> type:
+    kinds = {type(v) for v in default}
+    if len(kinds) != 1:
+        raise TypeError(f"list default {default!r}: give one item type (or ros_type)")
+    return kinds.pop()
+
+
+def _converted_list(name: str, value, kind: type) -> list:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(f"parameter {name} must be a list of {kind.__name__}, got {value!r}")
+    try:
+        return [_converted(name, v, kind) for v in value]
+    except ValueError:
+        raise ValueError(
+            f"parameter {name} must be a list of {kind.__name__}, got {list(value)!r}"
+        ) from None
+
+
+def _converted(name: str, value, kind: type):
     try:
         if kind is bool:
             if not isinstance(value, bool):
@@ -106,6 +139,8 @@ def _converted(name: str, value, default):
             raise ValueError
         if kind in (int, float) and isinstance(value, bool):
             raise ValueError
+        if kind is str and isinstance(value, Sequence) and not isinstance(value, str):
+            raise ValueError  # a list is no text
         return kind(value)
     except (TypeError, ValueError):
         raise ValueError(f"parameter {name} must be {kind.__name__}, got {value!r}") from None

@@ -26,6 +26,9 @@ from vla_runtime.core.safety.joint_velocity_limits import check_model, velocity_
 JOINT_BLOCKS = ("position_min", "position_max", "velocity", "acceleration", "jerk")
 REQUIRED_BLOCKS = ("position_min", "position_max", "velocity")  # no audit without them
 SCALAR_BLOCKS = ("tcp_speed",)
+# A joint that turns without end (the UR3e's wrist 3) has no published position limit: -.inf
+# and .inf in the table.
+UNBOUNDED = {"position_min": -np.inf, "position_max": np.inf}
 
 # (q (..., dof)) -> (lower <= 0, upper >= 0) joint velocity limits (rad/s), same shape
 VelocityBounds = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -124,7 +127,7 @@ def _parse(raw) -> ManufacturerLimits:
         elif name in SCALAR_BLOCKS:
             values[name] = _positive(name, [value])[0]
         else:
-            values[name] = _floats(name, value, dof)
+            values[name] = _floats(name, value, dof, UNBOUNDED.get(name))
     for name in ("velocity", "acceleration", "jerk"):
         if values[name] is not None:
             _positive(name, values[name])
@@ -165,11 +168,12 @@ def _source(name: str, block) -> Source:
     return Source(url, str(read), str(block.get("note") or ""))
 
 
-def _floats(name: str, values, n: int) -> tuple[float, ...]:
+def _floats(name: str, values, n: int, unbounded: float | None = None) -> tuple[float, ...]:
+    """`n` finite values; `unbounded` (an infinity) is allowed too, for a joint without limit."""
     out = tuple(float(v) for v in values)
     if len(out) != n:
         raise ValueError(f"{name}: expected {n} values, got {len(out)}")
-    if not all(np.isfinite(out)):
+    if not all(np.isfinite(v) or v == unbounded for v in out):
         raise ValueError(f"{name}: non-finite values {list(out)}")
     return out
 
