@@ -135,6 +135,7 @@ def test_an_engine_failure_gives_the_pending_request_up_at_once():
     assert lifecycle.engine_event("inference_failed", request + 1, "other", 0.12) is None
     assert lifecycle.engine_event("inference_failed", request, "non-finite", 0.12) is not None
     assert streamer.requests.pending is None and streamer.requests.failed == 1
+    assert lifecycle.figures()["requests_failed"] == 1
     halts = [e for e in lifecycle.take_events() if e["event"] == "halt"]
     assert [h["reason"] for h in halts] == ["engine_failed"]
 

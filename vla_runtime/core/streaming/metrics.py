@@ -67,6 +67,7 @@ def streamer_metrics(streamer) -> dict:
         "requests_overdue": requests.overdue,
         "overdue_after_ms": 1e3 * requests.overdue_after_s(),
         "requests_refused": requests.refused,
+        "requests_failed": requests.failed,  # the engine reported its attempt failed or hung
         "tracker_failures": streamer.tracker.failures,
         "resyncs": c.resyncs,
         "holding": streamer.holding,
