@@ -9,17 +9,20 @@ UR joint names, `/speed_scaling_state_broadcaster/speed_scaling` (percent, like 
 A control thread runs ur_rtde's initPeriod/servoJ/waitPeriod loop at 500 Hz (e-Series), each
 cycle sending the commanded position for now; servoJ's lookahead and gain smooth it. Protective
 and emergency stops are detected from the RTDE safety status bits: the driver stops servoing and
-holds the measured position, reported as a "reflex" event naming the stop. A stop cleared on the
-pendant resumes nothing: motion resumes only through the operator's recovery (std_srvs/Trigger
-on /vla/driver/recover with a reason), which re-uploads the control script and re-arms from the
-measured pose (core/command_source.py `StopLatch`, `Rearm`). Only the node named by
+holds the measured position, reported as a "reflex" event naming the stop. So is a servoJ that
+ur_rtde refuses because its control script no longer runs (stopped from the pendant or the
+dashboard, power off): "control_script_stopped". A stop cleared on the pendant resumes
+nothing: motion resumes only through the operator's recovery (std_srvs/Trigger on
+/vla/driver/recover with a reason), which re-uploads the control script, waits for it to run and
+re-arms from the measured pose (core/command_source.py `StopLatch`, `Rearm`). Only the node named by
 `command_source` (the safety gate) commands the arm, on the `command_interface` topic. A lost
 connection is re-established with exponential back-off.
 
-UNTESTED HERE: everything that talks to a UR controller (no UR simulator is available on the
-development hosts; URSim is a Docker image). The pure parts (command conversion, servoJ
-parameters, stop detection, reconnect policy) are unit-tested in test/unit/test_ur_servo.py
-and test/unit/test_direct_driver.py.
+Tested against a UR protocol peer (vla_runtime/testing/ur_peer.py: RTDE, dashboard, script
+upload and the control script's register protocol; test/integration/test_ur_rtde_peer.py), not
+against URSim or an arm: a real controller's servo filter, timing and fault behaviour are not
+covered. The pure parts (command conversion, servoJ parameters, stop detection, reconnect
+policy) are unit-tested in test/unit/test_ur_servo.py and test/unit/test_direct_driver.py.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import declare, joint_prefix_param, param
 from vla_runtime.ros.runtime import run_node
+
+SCRIPT_STOPPED = "control_script_stopped"
+SCRIPT_START_S = 5.0  # ur_rtde's own wait for its control script to start
 
 
 @dataclass(frozen=True)
@@ -144,7 +150,8 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
                     if self.stops.may_move and self.arbiter.fault is None:
                         with self._lock:
                             target, _ = self.command.sample(self.now_s())
-                        self._control.servoJ(*self.servo.servo_args(target))
+                        if not self._control.servoJ(*self.servo.servo_args(target)):
+                            self._on_script_stopped(q)
                     if tick % self._state_every == 0:
                         self._publish_state(q)
                 tick += 1
@@ -171,6 +178,26 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
             )
             self._event("stop_cleared", fault=reason)
 
+    def _on_script_stopped(self, q: np.ndarray) -> None:
+        """ur_rtde refused servoJ: its control script is not running, so nothing reaches the
+        arm. Held like a stop until the operator's recovery re-uploads the script."""
+        self._hold(q)
+        self.stops.latched = SCRIPT_STOPPED
+        self.get_logger().error(
+            f"servoJ refused, the control script is not running: holding until an operator "
+            f"recovery on {topics.DRIVER_RECOVER}"
+        )
+        self._event("reflex", fault=SCRIPT_STOPPED, reason="ur_rtde control script not running")
+
+    def _await_script(self) -> None:
+        """Until the re-uploaded control script runs: ur_rtde's reuploadScript does not wait,
+        and a servoJ before it runs would be refused."""
+        deadline = time.monotonic() + SCRIPT_START_S
+        while not self._control.isProgramRunning():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the control script did not start within {SCRIPT_START_S} s")
+            time.sleep(0.01)
+
     def _recover(self, reason: str) -> tuple[bool, str]:
         """The operator's recovery after a stop has cleared (or a rogue publisher left):
         re-upload the control script (a stop ends it) and re-arm from the measured pose."""
@@ -183,6 +210,7 @@ class URRtdeDriverNode(CommandTopics, RuntimeNode):
             if refusal is None:
                 try:
                     self._control.reuploadScript()
+                    self._await_script()
                     q = self._measured()
                 except Exception as exc:
                     refusal = f"re-uploading the control script failed: {exc}"
