@@ -160,13 +160,14 @@ def test_ur_direct_command_runs_against_the_peer(command, tmp_path):
     steps = np.abs(np.diff(targets, axis=0)).max(axis=0)
     assert np.all(steps <= np.array(robot.velocity) * MAX_CYCLE_S), steps
 
-    chunks = report["topics"].get("/vla/action_chunk", {}).get("count", 0)
-    if not policy or not chunks:
+    if not policy:
         # Nothing moved the arm: the driver held it where it stood, never towards home.
         assert np.abs(targets - q0).max() < 1e-6, np.abs(targets - q0).max(axis=0)
-    if policy and not chunks:
-        # The UR robot files give every UR type a gripper column, which the engine reads from
-        # /joint_states; the direct driver (like ur_robot_driver) publishes the arm's joints
-        # only, so the engine never has a state to infer from.
-        assert "joint state lacks ['gripper_finger_joint1'" in out, out[-6000:]
-        pytest.xfail("the engine has no gripper state on a real UR: no chunk was inferred")
+        return
+    # The direct driver (like ur_robot_driver) publishes the arm's joints only: the engine takes
+    # the gripper's state from the gate's commands to it, and infers.
+    assert "gripper state from the safety gate's commands" in out, out[-6000:]
+    assert report["topics"]["/vla/action_chunk"]["count"] > 0, report["topics"]
+    # The safety node judged them (random weights: vetoed, and the arm held).
+    verdicts = report["events"]["/vla/safety/events"]
+    assert sum(n for kind, n in verdicts.items() if kind.startswith("chunk:")) > 0, verdicts

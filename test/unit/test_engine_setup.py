@@ -96,3 +96,24 @@ def test_random_weights_take_the_engines_robot_columns():
     assert policy.spec.robot == "ur5e" and policy.spec.state_dim == 7
     assert policy.spec.joint_names[:2] == ("shoulder_pan_joint", "shoulder_lift_joint")
     StateMapping.for_robot("ur5e").check_spec(policy.spec, "ur5e")
+
+
+def test_a_gripper_without_joints_is_where_the_gate_last_commanded_it():
+    mapping = StateMapping.for_robot("ur5e")
+    arm = list(mapping.arm_joints)
+    q = [0.1, -1.5, 1.4, -1.6, -1.5, 0.2]
+    fingers = list(mapping.gripper_joints)
+    # auto: a joint state without the fingers gets them at the commanded opening (per finger).
+    names, positions, commanded = mapping.with_commanded_gripper(arm, q, 0.03, "auto")
+    assert commanded and names == [*arm, *fingers]
+    assert mapping.state_from(names, positions)[-1] == pytest.approx(0.06)  # the width
+    # auto with fingers reported: theirs; commands: the commanded opening replaces them.
+    reported = ([*arm, *fingers], [*q, 0.01, 0.01])
+    assert mapping.with_commanded_gripper(*reported, 0.03, "auto")[2] is False
+    names, positions, commanded = mapping.with_commanded_gripper(*reported, 0.03, "commands")
+    assert commanded and mapping.state_from(names, positions)[-1] == pytest.approx(0.06)
+    # joints: untouched, so a missing finger is still the sync error it always was.
+    names, positions, commanded = mapping.with_commanded_gripper(arm, q, 0.03, "joints")
+    assert not commanded and names == arm
+    with pytest.raises(ValueError, match="gripper source must be one of"):
+        mapping.with_commanded_gripper(arm, q, 0.03, "guess")

@@ -21,6 +21,10 @@ from vla_runtime.engine.policy import (
 )
 
 GRIPPER_STATES = ("sum", "mean", "none")
+# Where the gripper's state comes from: its joints on /joint_states; the opening the safety gate
+# last commanded (a gripper without feedback, e.g. a UR's tool-flange gripper); or its joints
+# where the joint state has them, else the commands.
+GRIPPER_SOURCES = ("joints", "commands", "auto")
 
 
 class SyncError(RuntimeError):
@@ -96,6 +100,22 @@ class StateMapping:
         if not np.all(np.isfinite(state)):
             raise SyncError(f"joint state is not finite: {state.tolist()}")
         return state
+
+    def with_commanded_gripper(self, names, positions, opening: float, source: str):
+        """The joint state (names, positions) with the fingers at the commanded `opening`
+        (one finger's, as the gate publishes it) where `source` says so: always for
+        "commands", for "auto" only where the joint state lacks the fingers. Returns the
+        state and whether the commanded opening stands in for the fingers."""
+        if source not in GRIPPER_SOURCES:
+            raise ValueError(f"gripper source must be one of {GRIPPER_SOURCES}, got {source!r}")
+        if not self.has_gripper or source == "joints":
+            return names, positions, False
+        fingers = self.gripper_joints
+        if source == "auto" and all(f in names for f in fingers):
+            return names, positions, False
+        kept = [(n, p) for n, p in zip(names, positions, strict=False) if n not in fingers]
+        names = [n for n, _ in kept] + list(fingers)
+        return names, [p for _, p in kept] + [opening] * len(fingers), True
 
     def check_spec(self, spec: PolicySpec, robot: str = "") -> None:
         """Refuses, with one line, a policy whose columns are not this mapping's; `robot`: the

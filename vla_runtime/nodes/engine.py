@@ -27,6 +27,8 @@ liveliness lease, so a dead engine is seen within tens of milliseconds.
 
 Arm-state mapping (`engine/state_mapping.py`): the arm joints in the order of `arm_joints` + one
 gripper value from `gripper_joints` ("sum": a two-finger gripper's opening width; "mean"; "none").
+A gripper that reports no joints (`gripper_source` commands or auto) is where the safety gate last
+commanded it, on its controller's command topic.
 """
 
 from __future__ import annotations
@@ -41,18 +43,20 @@ from rclpy.clock import Clock, ClockType
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import String
+from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.compute_mode import ComputeMode
+from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.injected_delay import InjectedDelay
+from vla_runtime.core.robot import load_robot
 from vla_runtime.core.threads import resolve_threads
 from vla_runtime.engine import observation
 from vla_runtime.engine.inference import ChunkInference, Inference
 from vla_runtime.engine.policy import CameraSpec
 from vla_runtime.engine.policy_source import BACKENDS, PolicySource
-from vla_runtime.engine.state_mapping import GRIPPER_STATES, StateMapping
+from vla_runtime.engine.state_mapping import GRIPPER_SOURCES, GRIPPER_STATES, StateMapping
 from vla_runtime.engine.stats import EngineStats
 from vla_runtime.engine.trigger import RUN_MODES, InferenceRequest, InferenceTrigger
 from vla_runtime.engine.worker import InferenceWorker
@@ -122,6 +126,8 @@ class EngineParams:
                                  Parameter.Type.STRING_ARRAY)  # fmt: skip
     gripper_state: str = param(f"gripper state from its joints: one of {GRIPPER_STATES}", "sum")
     gripper_name: str = param("gripper column name in the policy's state", "")
+    gripper_source: str = param(f"where the gripper state comes from: one of {GRIPPER_SOURCES} "
+                                "(commands: the opening the safety gate last sent)", "joints")
     compute_mode: str = param("compute mode until the scheduler sends one (v<k>d<k>)", "v0d0")
 
 
@@ -143,6 +149,12 @@ class EngineNode(RuntimeNode):
         self.mapping = StateMapping.for_robot(
             params.robot, params.arm_joints, *gripper, joint_prefix=params.joint_prefix
         )
+        if params.gripper_source not in GRIPPER_SOURCES:
+            raise ValueError(f"gripper_source must be one of {GRIPPER_SOURCES}")
+        robot = load_robot(params.robot, params.joint_prefix)
+        # A gripper without feedback is taken to be open until the gate's first command to it.
+        self._gripper_opening = max_opening(robot)
+        self._gripper_noted = False  # the commands stood in for the fingers (said once)
         mode = ComputeMode.parse(params.compute_mode)
         self.stats = EngineStats(params.backend, params.run_mode)
         self._log_error = ThrottledLog(self.get_logger().error, per_message=True)
@@ -162,6 +174,11 @@ class EngineNode(RuntimeNode):
         self.create_subscription(String, topics.COMPUTE_MODE, self._on_compute_mode, 10)
         self.create_subscription(JointTrajectory, topics.INFERENCE_REQUEST, self._on_request, 10)
         self.create_subscription(String, topics.EPISODE, self._on_episode, LATCHED)
+        if params.gripper_source != "joints" and "gripper" in robot.controllers:
+            self.create_subscription(
+                Float64MultiArray, topics.forward_command(robot.controllers["gripper"]),
+                self._on_gripper_command, 10,
+            )  # fmt: skip
         self.create_subscription(
             JointState, topics.JOINT_STATES, self._on_joint_state, qos_profile_sensor_data
         )
@@ -240,7 +257,20 @@ class EngineNode(RuntimeNode):
 
     def _on_joint_state(self, msg: JointState) -> None:
         stamp = to_seconds(msg.header.stamp) or self.now_s()  # unstamped: its receipt
-        self.worker.set_joint_state(observation.JointSample(msg.name, msg.position, stamp))
+        names, positions, commanded = self.mapping.with_commanded_gripper(
+            msg.name, msg.position, self._gripper_opening, self.params.gripper_source
+        )
+        if commanded and not self._gripper_noted:
+            self._gripper_noted = True
+            self.get_logger().warning(
+                "gripper state from the safety gate's commands (no finger joints on "
+                f"{topics.JOINT_STATES}); taken as open until the first command"
+            )
+        self.worker.set_joint_state(observation.JointSample(names, positions, stamp))
+
+    def _on_gripper_command(self, msg: Float64MultiArray) -> None:
+        if len(msg.data) == 1 and math.isfinite(msg.data[0]):
+            self._gripper_opening = float(msg.data[0])
 
     def _on_instruction(self, msg: String) -> None:
         self.worker.set_instruction(msg.data)
