@@ -324,7 +324,8 @@ class StackHarness:
     def reader(self, task: str) -> SceneReader:
         """Success detection on the driver's model (built once: compiling it takes seconds)."""
         if self._reader is None:
-            self._reader = SceneReader(TaskSimulator(task).model, scene_colours())
+            model = TaskSimulator(task, robot=stack_robot(self.stack).name).model
+            self._reader = SceneReader(model, scene_colours())
         return self._reader
 
     def warm_up(self, task: str) -> None:
