@@ -52,3 +52,15 @@ def test_lockstep_ablation_runs_the_stack_files_nodes_and_the_shipped_policy_suc
     summary = evaluate_stack(str(shipped_checkpoint()), "reach", 1, seed=90000, progress=False)
     assert summary["success_rate"] == 1.0, summary
     assert summary["modes"] == {"v0d0": 1.0}
+
+
+@pytest.mark.integration
+def test_the_shipped_ur5e_policy_runs_on_the_simulated_ur5e(ros_domain):
+    """The same ablation with the UR5e's checkpoint: the stack takes the arm from its spec and
+    judges success on the UR5e's own scene. Deterministic on this seed."""
+    from vla_runtime.core.paths import shipped_checkpoint
+    from vla_runtime.data.evaluate import evaluate_stack
+
+    summary = evaluate_stack(str(shipped_checkpoint("ur5e")), "reach", 1, seed=90001,
+                             progress=False)  # fmt: skip
+    assert summary["success_rate"] == 1.0, summary
