@@ -122,8 +122,13 @@ def check_prefixed_arm(probe, home: np.ndarray, unprefixed: list[str], fingers: 
     goal = home + np.linspace(0.1, -0.1, len(home))
     assert probe.moves_to(goal), probe.q
     probe.send(unprefixed, [(1.0, home)])
-    assert probe.wait(lambda: probe.events, 30), "no driver event"
-    assert probe.events[0]["event"] == "rejected" and "lack the prefix" in probe.events[0]["reason"]
+    # Other events may come first (an "ignored" report of an earlier message): wait for the
+    # rejection of this one.
+    def rejections():
+        return [e for e in probe.events if e["event"] == "rejected"]
+
+    assert probe.wait(rejections, 30), probe.events
+    assert "lack the prefix" in rejections()[0]["reason"], probe.events
     probe.spin_sim_seconds(1.0)
     assert np.max(np.abs(probe.q - goal)) < 0.01, probe.q
 
