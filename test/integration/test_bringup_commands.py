@@ -122,6 +122,7 @@ def check_prefixed_arm(probe, home: np.ndarray, unprefixed: list[str], fingers: 
     goal = home + np.linspace(0.1, -0.1, len(home))
     assert probe.moves_to(goal), probe.q
     probe.send(unprefixed, [(1.0, home)])
+
     # Other events may come first (an "ignored" report of an earlier message): wait for the
     # rejection of this one.
     def rejections():
