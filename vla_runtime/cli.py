@@ -89,14 +89,21 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.name == "safety":
         result = run("safety", quick=args.quick, seed=args.seed or 0)
     elif args.name == "scheduler":
+        tasks = _entry("vla_runtime.bench.scheduler", "TASKS")
+        if any(t not in tasks for t in args.tasks or ()) or (args.episodes or 1) < 1:
+            print(f"vla-runtime bench scheduler: error: --tasks from {list(tasks)}, --episodes "
+                  ">= 1", file=sys.stderr)  # fmt: skip
+            return 2
         result = run(
             "scheduler",
             checkpoint=args.ckpt,
             tasks=tuple(args.tasks or ("reach", "push", "pick", "dynamic_reach")),
             episodes=args.episodes or 50,
             seed=args.seed,
-            execute=args.execute,
             config=args.config,
+            out=args.out or "runs/bench_scheduler",
+            resume=args.resume,
+            projection_preset=args.project_onto,
         )
     elif args.name == "closed-loop":
         closed_loop = importlib.import_module("vla_runtime.bench.closed_loop")
@@ -147,10 +154,14 @@ BENCH_OPTIONS = {
     "delays": (["--delays"], {"nargs": "+", "help": "injected delays (0 100 200 300 heavy)"}),
     "out": (["--out"], {"help": "folder for the episode logs and the plot"}),
     "seed": (["--seed"], {"type": int, "help": "first evaluation seed"}),
-    "execute": (["--execute"], {"type": int, "help": "actions executed per chunk"}),
+    "project_onto": (["--project-onto"], {"default": "small", "choices": ["tiny", "small"],
+                                          "help": "model preset the scheduled mode mix is timed "
+                                                  "on (default small)"}),
     "config": (["--config"], {"help": "thresholds YAML (default config/scheduler.yaml)"}),
     "curve": (["--curve"], {"action": "store_true", "help": "also ZeroMQ with CURVE"}),
     "no_fleet": (["--no-fleet"], {"action": "store_true", "help": "skip Ray Serve"}),
+    "resume": (["--resume"], {"action": "store_true",
+                              "help": "skip the episodes already in --out"}),
     "quick": (["--quick"], {"action": "store_true", "help": "a short run (tests)"}),
     "robot": (["--robot"], {"choices": ["fr3", "panda", "ur5e"], "default": "fr3",
                             "help": "simulated arm"}),
@@ -178,8 +189,10 @@ BENCHMARKS = {
                ["quick", "faults", "robot", "command_interface", "servo_feedforward"]),
     "safety": ("chunk check + consequence rollout against full-physics ground truth: hazard "
                "recall, false vetoes, check time", ["quick", "seed"]),
-    "scheduler": ("scheduled vs full compute on the shipped policy (default 50 episodes per "
-                  "task)", ["ckpt", "tasks", "episodes", "seed", "execute", "config"]),
+    "scheduler": ("scheduled vs full compute on the shipped policy through the product path in "
+                  "real time (default 50 episodes per task), projected onto a bigger "
+                  "model", ["ckpt", "tasks", "episodes", "seed", "config", "out", "resume",
+                             "project_onto"]),
     "closed-loop": ("success and time to success under injected delays, async vs sync (default "
                     "10 episodes)", ["ckpt", "tasks", "episodes", "delays", "out", "seed"]),
 }  # fmt: skip

@@ -22,6 +22,7 @@ from vla_runtime.core.scheduler import (
     Signals,
     SignalTracker,
     TierPolicy,
+    is_intervention,
 )
 from vla_runtime.engine.policy import Observation
 from vla_runtime.engine.signals import chunk_divergence, token_similarity
@@ -255,9 +256,9 @@ def test_tracker_travel_gripper_and_safety():
     feed_arm(tracker, 0.604, 1.0, 0.5)
     assert tracker.signals().travel == pytest.approx(0.4)
 
-    tracker.safety_event("accept")
+    tracker.safety_event({"verdict": "accept"})
     assert not tracker.signals().safety_intervention
-    tracker.safety_event("veto")
+    tracker.safety_event({"verdict": "veto"})
     assert tracker.signals().safety_intervention
     tracker.commit(ComputeMode(1, 0), {})
     assert not tracker.signals().safety_intervention
@@ -325,6 +326,26 @@ def test_tracker_takes_engine_signals_but_not_warm_started_divergence():
     assert s.new_episode and s.dissimilarity == {} and s.divergence is None
 
 
+@pytest.mark.parametrize(
+    "event, intervenes",
+    [
+        ({"verdict": "accept"}, False),
+        ({"verdict": "veto", "reasons": ["discontinuous start"]}, True),
+        ({"verdict": "clip", "time_scale": 1.2, "reasons": ["slowed down 1.200x"]}, True),
+        ({"verdict": "clip", "first_violation_index": 9, "reasons": ["truncated at 9"]}, True),
+        # the motion runs as planned: only the gripper clamped or a late start re-timed
+        ({"verdict": "clip", "gripper_clamp_m": 0.001, "reasons": ["gripper clamped"]}, False),
+        ({"verdict": "clip", "retimed_s": 0.02, "reasons": ["re-timed: 0.020 s late"]}, False),
+        ({"event": "fault"}, False),
+    ],
+)
+def test_only_safety_verdicts_that_change_the_motion_force_a_full_refresh(event, intervenes):
+    assert is_intervention(event) is intervenes
+    tracker = SignalTracker(CONFIG)
+    tracker.safety_event(event)
+    assert tracker.signals().safety_intervention is intervenes
+
+
 def test_phase_scheduler_end_to_end():
     scheduler = PhaseScheduler(CONFIG)
     modes = []
@@ -333,7 +354,7 @@ def test_phase_scheduler_end_to_end():
         feed_arm(scheduler.tracker, t, t + 0.4, 0.5)
         t += 0.404
         if k == 3:
-            scheduler.tracker.safety_event("clip")
+            scheduler.tracker.safety_event({"verdict": "clip", "time_scale": 1.3})
         _, decision = scheduler.decide()
         scheduler.inference_done(decision.mode, {"chunk_divergence": 0.05})
         modes.append(decision.mode.token)

@@ -73,10 +73,13 @@ def _percentile(values, q) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-def _time_modes(policies: dict, spec, modes, iterations, warmup, bar) -> dict:
+def time_modes(
+    policies: dict, spec, modes, iterations, warmup, bar, rss_passes: int = RSS_PASSES
+) -> dict:
     """Latency of every (back end, mode), interleaved: each iteration runs every pair once, so
     all ratios come from the same time window even when the host's load drifts. Each pair has
-    its own caches (a shallow copy of the policy sharing weights/sessions)."""
+    its own caches (a shallow copy of the policy sharing weights/sessions). `rss_passes`: the
+    sequential inferences per pair that measure its peak RSS (0: none)."""
     runs = {}
     for backend, policy in policies.items():
         for mode in modes:
@@ -106,14 +109,14 @@ def _time_modes(policies: dict, spec, modes, iterations, warmup, bar) -> dict:
     bar.set_postfix_str("peak RSS")
     for (backend, token), (policy, mode, obs) in runs.items():
         _reset_peak_rss()  # peak RSS: a short sequential pass per mode
-        for _ in range(RSS_PASSES):
+        for _ in range(rss_passes):
             obs.stamp += 2 * spec.dt
             policy.infer(obs, mode)
             bar.update(1)
         results[backend][token] = {
             "p50_ms": _percentile(latencies[backend, token], 50),
             "p99_ms": _percentile(latencies[backend, token], 99),
-            "peak_rss_mb": _peak_rss_mb(),
+            "peak_rss_mb": _peak_rss_mb() if rss_passes else None,
             "stage_p50_ms": {k: statistics.median(v) for k, v in stages[backend, token].items()},
             "modes_applied": sorted(applied[backend, token]),
         }
@@ -316,7 +319,7 @@ def _run(
         },
         "targets": TARGETS,
         "skipped": skipped,
-        "latency": _time_modes(policies, checkpoint.spec, modes, iterations, warmup, bar),
+        "latency": time_modes(policies, checkpoint.spec, modes, iterations, warmup, bar),
     }
     if "onnxruntime" in policies:
         result["settings"]["onnxruntime"] = onnxruntime.__version__

@@ -1,126 +1,225 @@
-"""`vla-runtime bench scheduler`: phase-adaptive compute against always-full compute, closed
-loop through the node stack in simulation (`data/evaluate.py`'s lock-step runner: task sim
-driver, sim cameras, engine node; here also the scheduler node), same tasks and seeds for both.
+"""`vla-runtime bench scheduler`: phase-adaptive compute against always-full compute, through
+the product path in real time: the stack `vla-runtime eval` runs (`launch sim policy:=true`:
+sim cameras, engine, safety, streamer, the simulated arm), with the scheduler node added for
+the scheduled arm. Same tasks and seeds for both arms.
 
-Per task: success rate of both arms, mean engine ms per control second (the engine's own
-`total_ms` summed over the chunks / simulated seconds run), `speedup` (full / scheduled engine
-ms per control second), `success_drop` (full minus scheduled success rate) and the distribution
-of the compute modes that actually ran. `overall` pools every task's episodes. Lock-step makes
-success independent of host load; the engine ms are measured on this host.
+Per task and pooled over every task's episodes:
+- success rate of both arms and `success_drop` (full minus scheduled);
+- `engine_ms_per_control_s` (the engine's own `total_ms` summed over every chunk / the sim
+  seconds run) and `speedup` (full / scheduled);
+- `inference_hz` (chunks per control second): what a cheaper engine buys in real time, since
+  the streamer asks for the next chunk once the plan left covers only the inference delay;
+- `modes`: the share of each compute mode that actually ran (the engine's report).
+
+`projected_speedup_small` puts the scheduled mix onto a model size that matters: the engine
+cost of every mode that ran is timed on the `small` preset (SmolVLA-sized, random weights,
+torch, one thread on this CPU), each arm's cost per control second is its inference rate x its
+mode mix's mean cost, and the projection is their ratio. Episodes go to `--out` as JSONL (one
+file per task and arm; `--resume` skips the seeds already there), next to `scheduler.png`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import torch
+from matplotlib.figure import Figure
+
+from vla_runtime.bench.engine import time_modes
 from vla_runtime.bench.progress import bench_bar
+from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
 from vla_runtime.core.paths import config_dir, shipped_checkpoint
 from vla_runtime.core.scheduler import SchedulerConfig
-from vla_runtime.data.evaluate import DEFAULT_EXECUTE, EVAL_SEED, evaluate_stack
+from vla_runtime.data import stack_eval
+from vla_runtime.data.eval_cli import EVAL_SEED
+from vla_runtime.data.evaluate import checkpoint_image_size
+from vla_runtime.engine.checkpoint import load_spec, random_checkpoint
+from vla_runtime.engine.torch_backend import TorchPolicy
 
-FULL_MODE = "v0d0"  # the engine's default: everything recomputed, every denoising step
+TASKS = ("reach", "push", "pick", "dynamic_reach")
+ARMS = ("full", "scheduled")
 TARGETS = {"speedup": 2.5, "success_drop": 0.02}
+PROJECTION_ITERATIONS = 3  # timed inferences per mode on the projection's model (after 1 warm)
 
 
-def _arm(checkpoint, task, episodes, seed, execute, progress, scheduled, config_path):
-    if scheduled:
-        return evaluate_stack(
-            checkpoint, task, episodes, seed, execute, progress,
-            scheduler={"config": config_path},
-        )  # fmt: skip
-    return evaluate_stack(
-        checkpoint, task, episodes, seed, execute, progress,
-        engine_params={"compute_mode": FULL_MODE},
-    )  # fmt: skip
+def arm_overrides(checkpoint: str, arm: str, config_path: str) -> dict:
+    """Stack arguments of one arm: what `vla-runtime eval` sets, the scheduler for one arm.
+    Without the scheduler the engine runs its default mode, full compute (v0d0)."""
+    return {
+        "checkpoint": checkpoint,
+        "image_size": checkpoint_image_size(checkpoint),
+        "robot": load_spec(checkpoint).robot or "fr3",
+        "stream_mode": "async",
+        "scheduler": arm == "scheduled",
+        "scheduler_config": config_path,
+    }
 
 
 def compare(full: dict, scheduled: dict) -> dict:
     """The figures of one task (or the pool) from the two arms' evaluation summaries."""
-    cost_full, cost_sched = full["engine_ms_per_control_s"], scheduled["engine_ms_per_control_s"]
+    cost_full = full.get("engine_ms_per_control_s")
+    cost_sched = scheduled.get("engine_ms_per_control_s")
+    both = {"full": full, "scheduled": scheduled}
     return {
         "episodes": full["episodes"],
-        "success_rate_full": full["success_rate"],
-        "success_rate_scheduled": scheduled["success_rate"],
+        "success_rate": {arm: s["success_rate"] for arm, s in both.items()},
         "success_drop": full["success_rate"] - scheduled["success_rate"],
-        "engine_ms_per_control_s_full": cost_full,
-        "engine_ms_per_control_s_scheduled": cost_sched,
-        "speedup": cost_full / cost_sched if cost_sched else None,
-        "engine_ms_per_chunk_full": full["engine_ms_per_chunk"],
-        "engine_ms_per_chunk_scheduled": scheduled["engine_ms_per_chunk"],
-        "modes_scheduled": scheduled["modes"],
-        "failed_seeds_full": full["failed_seeds"],
-        "failed_seeds_scheduled": scheduled["failed_seeds"],
+        "engine_ms_per_control_s": {"full": cost_full, "scheduled": cost_sched},
+        "speedup": cost_full / cost_sched if cost_full and cost_sched else None,
+        "engine_ms_per_chunk": {arm: s.get("engine_ms_per_chunk") for arm, s in both.items()},
+        "inference_hz": {arm: s.get("inference_rate_hz") for arm, s in both.items()},
+        "modes": {arm: s.get("modes", {}) for arm, s in both.items()},
+        "veto_rate": {arm: s.get("veto_rate") for arm, s in both.items()},
+        "engine_latency_ms": {arm: s["engine_latency_ms"] for arm, s in both.items()},
+        "failed_seeds": {arm: s["failed_seeds"] for arm, s in both.items()},
+        "incidents": {arm: s["incidents"] for arm, s in both.items()},
     }
 
 
-def _pool(per_task: dict[str, dict]) -> dict:
-    """Episode-weighted pool: success rates and ms per control second (weighted by episodes,
-    which equals the pooled ratio when episodes run similar lengths)."""
-    total = sum(t["episodes"] for t in per_task.values())
+def _records(path: Path, seed: int, episodes: int) -> list:
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [stack_eval.EpisodeRecord(**e) for e in entries if seed <= e["seed"] < seed + episodes]
 
-    def mean(key):
-        return sum(t[key] * t["episodes"] for t in per_task.values()) / total
 
-    full, sched = mean("engine_ms_per_control_s_full"), mean("engine_ms_per_control_s_scheduled")
+def projected_cost(latency_ms: dict, inference_hz: float | None, modes: dict) -> float | None:
+    """Engine ms per control second of an arm whose mode mix ran on another model: the arm's
+    inference rate x the mix's mean cost there. None when a mode that ran was not timed."""
+    if not inference_hz or not modes or any(m not in latency_ms for m in modes):
+        return None
+    return inference_hz * sum(share * latency_ms[m] for m, share in modes.items())
+
+
+def project(preset: str, overall: dict, progress: bool) -> dict:
+    """Time every mode either arm ran on `preset` (torch, one thread) and project both arms'
+    cost per control second onto it."""
+    tokens = {FULL_COMPUTE.token} | {m for mix in overall["modes"].values() for m in mix}
+    modes = [ComputeMode.parse(t) for t in sorted(tokens) if t != "?"]
+    checkpoint = random_checkpoint(preset, 0)
+    policy = TorchPolicy(checkpoint, device="cpu", seed=0)
+    total = len(modes) * (1 + PROJECTION_ITERATIONS)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as every engine on this host runs: figures that survive load
+    try:
+        with bench_bar(f"scheduler ({preset} preset)", total, progress, unit="infer") as bar:
+            timed = time_modes({"torch": policy}, checkpoint.spec, modes, PROJECTION_ITERATIONS,
+                               1, bar, rss_passes=0)["torch"]  # fmt: skip
+    finally:
+        torch.set_num_threads(previous_threads)
+    latency = {token: t["p50_ms"] for token, t in timed.items()}
+    cost = {arm: projected_cost(latency, overall["inference_hz"][arm], overall["modes"][arm])
+            for arm in ARMS}  # fmt: skip
     return {
-        "episodes": total,
-        "success_rate_full": mean("success_rate_full"),
-        "success_rate_scheduled": mean("success_rate_scheduled"),
-        "success_drop": mean("success_rate_full") - mean("success_rate_scheduled"),
-        "engine_ms_per_control_s_full": full,
-        "engine_ms_per_control_s_scheduled": sched,
-        "speedup": full / sched if sched else None,
+        "preset": preset,
+        "backend": "torch (1 thread)",
+        "latency_ms_p50": latency,
+        "engine_ms_per_control_s": cost,
+        "speedup": cost["full"] / cost["scheduled"] if cost["full"] and cost["scheduled"] else None,
     }
 
 
 def run_bench(
     checkpoint: str | None = None,
-    tasks: tuple[str, ...] = ("reach", "push", "pick", "dynamic_reach"),
+    tasks: tuple[str, ...] = TASKS,
     episodes: int = 50,
     seed: int | None = None,
-    execute: int | None = None,
     config: str | None = None,
+    out: str = "runs/bench_scheduler",
+    resume: bool = False,
+    projection_preset: str = "small",
     progress: bool = True,
 ) -> dict:
-    """Both arms on every task (same seeds); returns per-task figures, the pool and settings.
-    `progress`: a bar on stderr over the episodes of both arms on every task, with each arm's
-    own evaluation bar beneath it."""
+    """Both arms on every task (same seeds); returns per-task figures, the pool, the small
+    preset's projection and the settings. `progress`: a bar on stderr over every episode of
+    both arms, each evaluation's own bar beneath it."""
     checkpoint = checkpoint or os.environ.get("VLA_CHECKPOINT") or str(shipped_checkpoint())
     if not Path(checkpoint, "spec.json").is_file():
         raise FileNotFoundError(f"no checkpoint at {checkpoint} (pass --ckpt DIR)")
+    checkpoint = os.path.abspath(checkpoint)
     seed = EVAL_SEED if seed is None else seed
-    execute = DEFAULT_EXECUTE if execute is None else execute
     config_path = str(Path(config or config_dir() / "scheduler.yaml").resolve())
-    per_task = {}
-    with bench_bar("scheduler", 2 * len(tasks) * episodes, progress, unit="episode") as bar:
+    thresholds = SchedulerConfig.from_yaml(config_path)  # a bad file fails before any episode
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    per_task, pooled = {}, {arm: [] for arm in ARMS}
+    with bench_bar("scheduler", len(ARMS) * len(tasks) * episodes, progress, unit="episode") as bar:
         for task in tasks:
             arms = {}
-            for arm in ("full", "scheduled"):
+            for arm in ARMS:
                 bar.set_postfix_str(f"{task} {arm}")
-                arms[arm] = _arm(checkpoint, task, episodes, seed, execute, progress,
-                                 arm == "scheduled", config_path)  # fmt: skip
+                jsonl = folder / f"{task}_{arm}.jsonl"
+                arms[arm] = stack_eval.eval_stack(
+                    task, episodes, seed, arm_overrides(checkpoint, arm, config_path), jsonl,
+                    resume, progress,
+                )  # fmt: skip
+                pooled[arm] += _records(jsonl, seed, episodes)
                 bar.update(episodes)
             per_task[task] = compare(arms["full"], arms["scheduled"])
-    overall = _pool(per_task)
-    return {
+    overall = compare(*(stack_eval.summarise("all", pooled[arm], {}) for arm in ARMS))
+    projection = project(projection_preset, overall, progress) if projection_preset else None
+    result = {
         "tasks": per_task,
         "overall": overall,
+        "speedup": overall["speedup"],
+        "success_drop": overall["success_drop"],
+        "inference_hz": overall["inference_hz"],
+        "modes": overall["modes"],
+        f"projected_speedup_{projection_preset}": projection and projection["speedup"],
+        "projection": projection,
         "targets": TARGETS,
         "met": {
             "speedup": overall["speedup"] is not None and overall["speedup"] >= TARGETS["speedup"],
             "success_drop": all(
-                t["success_drop"] <= TARGETS["success_drop"] for t in per_task.values()
+                t["success_drop"] <= TARGETS["success_drop"] for t in (*per_task.values(), overall)
             ),
         },
         "settings": {
             "checkpoint": checkpoint,
             "episodes_per_task": episodes,
             "first_seed": seed,
-            "execute": execute,
-            "full_mode": FULL_MODE,
-            "scheduler_config": SchedulerConfig.from_yaml(config_path).to_dict(),
+            "full_mode": FULL_COMPUTE.token,
+            "scheduler_config": thresholds.to_dict(),
             "config_file": config_path,
-            "via": "jtc lock-step node stack (data/evaluate.py)",
+            "via": "stack (the product path in real time, as `vla-runtime eval` runs it)",
+            "episodes_jsonl": str(folder),
         },
     }
+    result["plot"] = str(plot(folder / "scheduler.png", per_task, overall))
+    return result
+
+
+def plot(path: Path, per_task: dict, overall: dict) -> Path:
+    """Per task and overall: engine ms per control second and success rate of both arms, and
+    the scheduled arm's mode mix."""
+    rows = {**per_task, "overall": overall}
+    names = list(rows)
+    fig = Figure(figsize=(4 + 1.6 * len(names), 8))
+    cost_ax, success_ax, mix_ax = fig.subplots(3, 1)
+    width = 0.38
+    for k, arm in enumerate(ARMS):
+        xs = [i + (k - 0.5) * width for i in range(len(names))]
+        cost_ax.bar(xs, [rows[n]["engine_ms_per_control_s"][arm] or 0 for n in names], width,
+                    label=arm)  # fmt: skip
+        success_ax.bar(xs, [rows[n]["success_rate"][arm] or 0 for n in names], width, label=arm)
+    for n_index, name in enumerate(names):
+        speedup = rows[name]["speedup"]
+        if speedup:
+            cost_ax.annotate(f"{speedup:.2f}x", (n_index, 0), ha="center", va="bottom",
+                             fontsize=8)  # fmt: skip
+    cost_ax.set_ylabel("engine ms per\ncontrol second")
+    success_ax.set_ylabel("success rate")
+    success_ax.set_ylim(0, 1.05)
+    tokens = sorted({m for name in names for m in rows[name]["modes"]["scheduled"]})
+    bottom = [0.0] * len(names)
+    for token in tokens:
+        shares = [rows[name]["modes"]["scheduled"].get(token, 0.0) for name in names]
+        mix_ax.bar(range(len(names)), shares, 0.6, bottom=bottom, label=token)
+        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+    mix_ax.set_ylabel("scheduled arm:\nshare of modes run")
+    for ax in (cost_ax, success_ax, mix_ax):
+        ax.set_xticks(range(len(names)), names)
+        ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return path

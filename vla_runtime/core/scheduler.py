@@ -42,7 +42,17 @@ from vla_runtime.core.scene_change import SceneChange
 
 FULL, PARTIAL, REUSE, FROZEN = 0, 1, 2, 3
 TIER_NAMES = ("full", "partial", "reuse", "frozen")
-INTERVENTIONS = ("clip", "veto")  # safety verdicts after which the next inference is full
+# Numbers of a clip verdict that changed the arm's motion: the chunk was slowed down or cut
+# short. A clip that only re-timed a late chunk or clamped the gripper into its range leaves
+# the motion as the policy planned it.
+MOTION_CLIPS = ("time_scale", "first_violation_index")
+
+
+def is_intervention(event: Mapping) -> bool:
+    """A safety verdict after which the next inference runs full: a veto, or a clip that
+    changed the arm's motion (the policy's plan disagreed with what the arm may do)."""
+    verdict = event.get("verdict")
+    return verdict == "veto" or (verdict == "clip" and any(k in event for k in MOTION_CLIPS))
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,7 @@ class Signals:
 
     new_episode: bool = False  # instruction (re)published since the last inference
     episode_time_s: float = math.inf
-    safety_intervention: bool = False  # clip or veto since the last inference
+    safety_intervention: bool = False  # `is_intervention` since the last inference
     gripper_commanded: bool = False  # commanded opening changed since the last inference
     gripper_moving: bool = False  # measured finger speed above gripper_speed
     gripper_planned: bool = False  # the newest chunk changes the opening soon
@@ -364,8 +374,9 @@ class SignalTracker:
         """The newest chunk's gripper column: action k applies at stamp + (k + 1) * dt."""
         self._plan = (stamp, dt, np.asarray(openings, dtype=float))
 
-    def safety_event(self, verdict: str) -> None:
-        if verdict in INTERVENTIONS:
+    def safety_event(self, event: Mapping) -> None:
+        """A safety verdict event (/vla/safety/events)."""
+        if is_intervention(event):
             self.safety_intervention = True
 
     # -- output --------------------------------------------------------------------------------

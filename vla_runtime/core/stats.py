@@ -7,6 +7,8 @@
   stay exact over everything seen, so a long run keeps constant memory.
 - `wilson_interval(successes, n)`: a confidence interval for a success rate that stays inside
   [0, 1] and is honest at 0/n and n/n, where the normal approximation is not.
+- `compute_cost(engine_ms, modes, seconds)`: what a policy's inferences cost per control
+  second, and the share of each compute mode that ran.
 """
 
 from __future__ import annotations
@@ -117,3 +119,16 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def compute_cost(engine_ms: list[float], modes: list[str], seconds: float) -> dict:
+    """Engine compute per control second (the engine's own ms summed over every chunk / the
+    control seconds run), per chunk, and the share of each compute mode that ran. Empty when
+    nothing ran."""
+    if not engine_ms:
+        return {}
+    return {
+        "engine_ms_per_control_s": sum(engine_ms) / seconds if seconds > 0 else None,
+        "engine_ms_per_chunk": float(np.mean(engine_ms)),
+        "modes": {m: modes.count(m) / len(modes) for m in sorted(set(modes))},
+    }

@@ -37,6 +37,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.stats import compute_cost
 from vla_runtime.data import stack_eval
 from vla_runtime.data.eval_cli import DEFAULT_EXECUTE, EVAL_SEED, build_parser
 from vla_runtime.engine.checkpoint import load_checkpoint, load_spec, policy_options
@@ -103,18 +104,9 @@ def summarise(task, results: list[EpisodeResult], settings: dict) -> dict:
 
 
 def _engine_cost(results: list[EpisodeResult]) -> dict:
-    """Engine compute per control second (sum of the engine's own `total_ms` over all chunks /
-    sim seconds run) and the distribution of the compute modes that ran."""
-    engine_ms = [x for r in results for x in r.engine_ms]
-    if not engine_ms:
-        return {}
     seconds = sum(r.steps for r in results) * CONTROL_DT
-    modes = [m for r in results for m in r.modes]
-    return {
-        "engine_ms_per_control_s": sum(engine_ms) / seconds if seconds else None,
-        "engine_ms_per_chunk": float(np.mean(engine_ms)),
-        "modes": {m: modes.count(m) / len(modes) for m in sorted(set(modes))},
-    }
+    engine_ms = [x for r in results for x in r.engine_ms]
+    return compute_cost(engine_ms, [m for r in results for m in r.modes], seconds)
 
 
 # ------------------------------------------------------------------------------ in-process

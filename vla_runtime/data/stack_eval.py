@@ -35,6 +35,7 @@ from tqdm import tqdm
 from vla_runtime.core import topics
 from vla_runtime.core.rates import CONTROL_PERIOD_S
 from vla_runtime.core.robot import load_robot
+from vla_runtime.core.stats import compute_cost
 from vla_runtime.data.eval_report import write_eval_report
 from vla_runtime.data.stack_plot import plot_run
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
@@ -87,6 +88,8 @@ class EpisodeRecord:
     retimed: int = 0
     retime_shifts_s: list = field(default_factory=list)  # how late each re-timed chunk starts
     engine_infer_ms: list = field(default_factory=list)
+    engine_ms: list = field(default_factory=list)  # the engine's own compute per chunk (total)
+    modes: list = field(default_factory=list)  # the compute mode each chunk ran
     capture_to_chunk_ms: list = field(default_factory=list)
     camera_age_ms: list = field(default_factory=list)
     check_ms: list = field(default_factory=list)
@@ -154,6 +157,8 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         "engine_latency_ms": _percentiles(infer),
         "engine_errors": sum(r.engine_errors for r in records),
         "inference_rate_hz": len(infer) / sim_s if sim_s else None,
+        **compute_cost([x for r in records for x in r.engine_ms],
+                       [m for r in records for m in r.modes], sim_s),  # fmt: skip
         "latency_chain_ms": {
             "camera_age": _percentiles([x for r in records for x in r.camera_age_ms]),
             "engine_infer": _percentiles(infer),
@@ -477,6 +482,8 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
             continue
         if level == 0 and "infer_ms" in values:
             record.engine_infer_ms.append(float(values["infer_ms"]))
+            record.engine_ms.append(float(values.get("total_ms", values["infer_ms"])))
+            record.modes.append(values.get("mode", "?"))
             record.capture_to_chunk_ms.append(float(values["latency_ms"]))
             record.guided_steps.append(int(float(values.get("guided_steps", 0))))
             if "rtc_prefix_err" in values:

@@ -139,7 +139,7 @@ class SchedulerNode(RuntimeNode):
         except json.JSONDecodeError:
             return
         if isinstance(event, dict) and isinstance(event.get("verdict"), str):
-            self.tracker.safety_event(event["verdict"])
+            self.tracker.safety_event(event)
             self._update()
 
     def _on_instruction(self, msg: String) -> None:
