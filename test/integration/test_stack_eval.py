@@ -64,3 +64,32 @@ def test_the_shipped_ur5e_policy_runs_on_the_simulated_ur5e(ros_domain):
     summary = evaluate_stack(str(shipped_checkpoint("ur5e")), "reach", 1, seed=90001,
                              progress=False)  # fmt: skip
     assert summary["success_rate"] == 1.0, summary
+
+
+@pytest.mark.integration
+def test_bench_scheduler_runs_both_arms_through_the_product_path(tmp_path):
+    """`bench scheduler` on one reach episode per arm: the full arm runs only full compute, the
+    scheduled arm (scheduler node in the stack) runs the modes it was sent, and every figure
+    comes from what the stack's engine reported."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "vla_runtime.cli", "bench", "scheduler", "--tasks", "reach",
+         "--episodes", "1", "--out", str(tmp_path), "--project-onto", "tiny", "--json",
+         "--no-progress"],
+        capture_output=True, text=True, timeout=580, env={**os.environ, "MUJOCO_GL": "egl"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    reach = result["tasks"]["reach"]
+    assert reach["modes"]["full"] == {"v0d0": 1.0}
+    scheduled = reach["modes"]["scheduled"]
+    assert sum(scheduled.values()) == pytest.approx(1.0)
+    # the first inference of an episode is full; the scheduler reuses caches after it
+    assert set(scheduled) - {"v0d0", "v1d0"}, scheduled
+    assert reach["engine_ms_per_control_s"]["full"] > 0 and reach["speedup"] > 0
+    assert all(hz > 0 for hz in reach["inference_hz"].values())
+    assert result["projection"]["preset"] == "tiny" and result["projected_speedup_tiny"] > 0
+    assert set(result["met"]) == {"speedup", "success_drop"}
+    for arm in ("full", "scheduled"):
+        records = [json.loads(line) for line in (tmp_path / f"reach_{arm}.jsonl").open()]
+        assert [r["seed"] for r in records] == [90000] and records[0]["modes"]
+    assert plt.imread(tmp_path / "scheduler.png").std() > 0.01

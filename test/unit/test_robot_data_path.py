@@ -62,12 +62,21 @@ def test_collect_refuses_an_arm_without_a_simulator(capsys):
     assert "invalid choice: 'panda'" in capsys.readouterr().err
 
 
+def test_recovery_refuses_an_arm_other_than_the_policys(capsys):
+    fr3_policy = str(shipped_checkpoint())
+    with pytest.raises(SystemExit):
+        collect_main(["--robot", "ur5e", "--recover-from", fr3_policy, "--task", "reach",
+                      "--episodes", "1", "--out", "x"])  # fmt: skip
+    assert f"--recover-from {fr3_policy} was trained for fr3, not ur5e" in capsys.readouterr().err
+
+
 def test_a_ur5e_policy_is_trained_for_the_ur5e_from_an_fr3_policys_weights(ur5e_reach, tmp_path):
     data, _ = ur5e_reach
     fr3 = random_checkpoint(spec=default_spec(image_size=32, action_space="joint_deltas"))
     save_checkpoint(tmp_path / "fr3", fr3)
-    train([str(data)], tmp_path / "ur5e", steps=1, batch_size=2, save_every=1, progress=False,
-          action_space="joint_deltas", init=tmp_path / "fr3", lr=0.0)  # fmt: skip
+    summary = train([str(data)], tmp_path / "ur5e", steps=1, batch_size=2, save_every=1,
+                    progress=False, action_space="joint_deltas", init=tmp_path / "fr3",
+                    lr=0.0)  # fmt: skip
     ur5e = load_checkpoint(tmp_path / "ur5e")
     spec = json.loads((tmp_path / "ur5e" / "spec.json").read_text())["spec"]
     assert spec["robot"] == "ur5e" and spec["state_dim"] == 7
@@ -76,6 +85,8 @@ def test_a_ur5e_policy_is_trained_for_the_ur5e_from_an_fr3_policys_weights(ur5e_
     same = [k for k in after if before[k].shape == after[k].shape]
     fresh = [k for k in after if before[k].shape != after[k].shape]
     assert fresh and len(same) > 10 * len(fresh)  # only the state and action layers start anew
+    carried = f"{len(same)} of {len(after)} tensors carried over"
+    assert summary["init_from_another_arm"] == carried
     assert all(np.allclose(before[k].numpy(), after[k].numpy()) for k in same)  # lr 0
 
 

@@ -4,6 +4,7 @@ config file, and the engine's own signals (vision similarity, chunk divergence).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -157,6 +158,76 @@ def test_refresh_bound_holds_for_any_signals_and_engine_fallbacks():
             assert any(full[start : start + k_refresh]), (k_refresh, start)
 
 
+SHIPPED = SchedulerConfig.from_yaml(config_dir() / "scheduler.yaml")
+
+
+def shipped_transport(**overrides) -> Signals:
+    """Transport as the shipped (fitted) thresholds see it: the arm moves, every other cue sits
+    well inside its band."""
+    c, cameras = SHIPPED, ("scene", "wrist")
+    values = dict(
+        episode_time_s=10.0,
+        joint_speed=4 * c.static_joint_speed,
+        joint_acceleration=0.3 * c.acceleration_partial,
+        travel=0.2 * c.travel_full,
+        image_change={cam: 0.3 * c.stable_threshold(cam) for cam in cameras},
+        dissimilarity={cam: 0.1 * c.dissimilarity_full for cam in cameras},
+        divergence=0.3 * c.divergence_partial,
+    )
+    return Signals(**{**values, **overrides})
+
+
+def test_shipped_thresholds_reuse_in_stable_transport_and_refresh_every_k():
+    k = SHIPPED.refresh_every
+    assert k == 5  # the engine reuses a cached block at most max_reuse = 4 times in a row
+    decisions = run(TierPolicy(SHIPPED), [shipped_transport() for _ in range(2 * k + 1)])
+    assert tiers(decisions) == ([FULL] + [REUSE] * (k - 1)) * 2 + [FULL]
+    assert decisions[1].mode.token == SHIPPED.tiers[REUSE]
+    assert decisions[k].reasons[0] == "refresh_bound"
+
+
+def test_shipped_thresholds_refresh_fully_at_a_gripper_transition():
+    sequence = [shipped_transport(), shipped_transport(), shipped_transport(gripper_planned=True)]
+    sequence += [shipped_transport(gripper_moving=True), shipped_transport(), shipped_transport()]
+    decisions = run(TierPolicy(SHIPPED), sequence)
+    assert tiers(decisions) == [FULL, REUSE, FULL, FULL, REUSE, REUSE]
+    assert decisions[2].reasons[0] == decisions[3].reasons[0] == "gripper"
+
+
+def test_shipped_thresholds_hold_full_inside_the_exit_band():
+    c = SHIPPED
+    policy = TierPolicy(replace(c, refresh_every=100))
+    above, band = 1.1 * c.divergence_full, 0.9 * c.divergence_full  # band: above exit_ratio
+    assert band > c.exit_ratio * c.divergence_full
+    values = [0.1, 0.1, above, band, band, 0.1, 0.1, 0.1]
+    decisions = run(policy, [shipped_transport(divergence=v) for v in values])
+    # leaving FULL takes hold_inferences calm demands in a row
+    hold = c.hold_inferences
+    assert tiers(decisions) == [FULL, REUSE, FULL, FULL, FULL] + [FULL] * (hold - 1) + [
+        REUSE
+    ] * (3 - (hold - 1))
+
+
+def test_shipped_thresholds_keep_the_refresh_bound_for_any_signals():
+    rng = np.random.default_rng(1)
+    c, k = SHIPPED, SHIPPED.refresh_every
+    sequence = [
+        shipped_transport(
+            joint_speed=float(rng.uniform(0, 3 * c.static_joint_speed)),
+            joint_acceleration=float(rng.uniform(0, 2 * c.acceleration_partial)),
+            divergence=float(rng.uniform(0, 0.8 * c.divergence_full)),
+            image_change={"scene": float(rng.uniform(0, 1.2 * c.image_change_full)),
+                          "wrist": float(rng.uniform(0, 0.5 * c.stable_threshold("wrist")))},
+            gripper_planned=bool(rng.random() < 0.05),
+        )  # fmt: skip
+        for _ in range(400)
+    ]
+    decisions = run(TierPolicy(c), sequence)
+    full = [c.is_full_refresh(d.mode) for d in decisions]
+    assert all(any(full[i : i + k]) for i in range(len(full) - k + 1))
+    assert 0.2 <= sum(full) / len(full) < 0.8, sum(full)  # the random cues leave room for reuse
+
+
 def test_camera_change_reuses_only_stable_cameras():
     moving_wrist = transport(image_change={"scene": 0.01, "wrist": 0.05})
     decisions = run(TierPolicy(replace_config(refresh_every=100)), [moving_wrist] * 3)
@@ -200,8 +271,8 @@ def replace_config(**changes) -> SchedulerConfig:
 
 
 def test_config_yaml_round_trip_and_errors(tmp_path):
-    default = SchedulerConfig.from_yaml(config_dir() / "scheduler.yaml")
-    assert default == SchedulerConfig()
+    shipped = SchedulerConfig.from_yaml(config_dir() / "scheduler.yaml")
+    assert (shipped.tiers, shipped.refresh_every) == (SchedulerConfig().tiers, 5)
     path = tmp_path / "s.yaml"
     custom = replace_config(camera_stable={"wrist": 0.08}, tiers=["v0d0", "v2d0", "v3d1", "v4d1"])
     path.write_text(custom.to_yaml())

@@ -163,6 +163,19 @@ class Signals:
                 out[name] = float(value)
         return out
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, float]) -> Signals:
+        """The inverse of `as_values` (a recorded decision's numbers; other keys ignored)."""
+        known = {f.name for f in fields(cls)} - {"image_change", "dissimilarity"}
+        kwargs: dict = {k: values[k] for k in known if k in values}
+        for flag in ("new_episode", "safety_intervention", "gripper_commanded",
+                     "gripper_moving", "gripper_planned"):  # fmt: skip
+            kwargs[flag] = bool(kwargs.get(flag, 0.0))
+        for prefix in ("image_change", "dissimilarity"):
+            kwargs[prefix] = {k[len(prefix) + 1 :]: float(v) for k, v in values.items()
+                              if k.startswith(prefix + "_")}  # fmt: skip
+        return cls(**kwargs)
+
 
 @dataclass(frozen=True)
 class Decision:

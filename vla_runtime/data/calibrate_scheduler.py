@@ -1,16 +1,30 @@
 """`vla-runtime calibrate scheduler --data DIR`: fit the scheduler's thresholds on recorded
-episodes (LeRobot v3 datasets from `vla-runtime collect`) and write them as YAML.
+episodes and write them as YAML. DIR is either
 
-Frames within `--window` steps of a gripper transition (the recorded action's opening jumps)
-are critical: they must get full compute, so the gripper cue (planned change `--window` actions
-ahead, finger speed, opening delta) is sized from them. The other thresholds come from the
-non-critical frames (transport, approach), as percentiles: an arm "at rest" is slower than 90 %
-of them, an acceleration or image change above the 90th / 97.5th percentile is unusual, a
-camera whose change over one inference interval is below its median is stable.
+- episodes of the policy itself, run through the product path with the scheduler
+  (`vla-runtime eval --scheduler`, `bench scheduler`: JSONL files, or a folder of them, whose
+  episodes carry every decision's signals), or
+- LeRobot v3 datasets of demonstrations (`vla-runtime collect`).
 
-The fitted configuration is then replayed on every episode through the scheduler itself
-(`core/scheduler.py`, with the demonstration's future actions as the plan and no engine
-signals): the report gives the share of each tier and of critical inferences that ran full.
+**Policy episodes** give what the scheduler really sees: the policy's own motion through the
+streamer, the images at the camera rate and the engine's signals (vision dissimilarity, chunk
+divergence). Decisions that were forced anyway (episode start, gripper, safety) are left out;
+over the rest a cue is unusual above its 90th percentile (PARTIAL cues: acceleration,
+divergence, a camera's image change, which marks that camera unstable) or its 97.5th (FULL cues:
+image change, vision dissimilarity, divergence), and the arm is at rest below the 10th
+percentile of its speed. Travel and the tier layout stay as the base configuration has them.
+
+**Demonstrations**: frames within `--window` steps of a gripper transition (the recorded
+action's opening jumps) are critical: they must get full compute, so the gripper cue (planned
+change `--window` actions ahead, finger speed, opening delta) is sized from them. The other
+thresholds come from the non-critical frames (transport, approach), as percentiles: an arm "at
+rest" is slower than 90 % of them, an acceleration or image change above the 90th / 97.5th
+percentile is unusual, a camera whose change over one inference interval is below its median is
+stable. Demonstrations have no engine signals: those thresholds stay as the base has them.
+
+Either way the fitted configuration is replayed through the scheduler itself
+(`core/scheduler.py`; for demonstrations with their future actions as the plan): the report
+gives the share of each tier (and, for demonstrations, of critical inferences that ran full).
 """
 
 from __future__ import annotations
@@ -26,7 +40,14 @@ from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scene_change import change, thumbnail
-from vla_runtime.core.scheduler import FULL, TIER_NAMES, PhaseScheduler, SchedulerConfig
+from vla_runtime.core.scheduler import (
+    FULL,
+    TIER_NAMES,
+    PhaseScheduler,
+    SchedulerConfig,
+    Signals,
+    TierPolicy,
+)
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 
 GRIPPER_COLUMN = 7  # state/action: 7 arm joints + gripper width (m, both fingers)
@@ -185,11 +206,115 @@ def calibrate(data_dirs, base: SchedulerConfig, window: int, execute: int,
     return config, report
 
 
+# ------------------------------------------------------------------------ policy episodes
+FORCING = ("new_episode", "gripper_commanded", "gripper_moving", "gripper_planned",
+           "safety_intervention")  # fmt: skip
+
+
+def load_decisions(paths) -> list[list[dict]]:
+    """Per episode, the scheduler's recorded decisions, from eval JSONL files or folders of
+    them (episodes that ran without the scheduler have none and are skipped)."""
+    files = []
+    for path in map(Path, paths):
+        files += sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    episodes = []
+    for file in files:
+        for line in file.read_text().splitlines():
+            if line.strip():
+                decisions = json.loads(line).get("scheduler_signals") or []
+                if decisions:
+                    episodes.append(decisions)
+    return episodes
+
+
+def _free(decision: dict, base: SchedulerConfig) -> bool:
+    """A decision no cue could make cheaper: forced full (episode start, gripper, safety)."""
+    started = decision.get("episode_time_s", float("inf")) >= base.start_full_s
+    return started and not any(decision.get(k) for k in FORCING)
+
+
+def fit_decisions(episodes: list[list[dict]], base: SchedulerConfig) -> SchedulerConfig:
+    free = [d for episode in episodes for d in episode if _free(d, base)]
+    if not free:
+        raise ValueError("no unforced scheduler decisions in the episodes")
+
+    def values(*keys) -> np.ndarray:
+        return np.array([d[k] for d in free for k in keys if k in d], dtype=float)
+
+    cameras = sorted({k[len("image_change_") :] for d in free for k in d
+                      if k.startswith("image_change_")})  # fmt: skip
+    changes = [f"image_change_{c}" for c in cameras]
+    stable = {c: _percentile(values(f"image_change_{c}"), 90, base.stable_threshold(c))
+              for c in cameras}  # fmt: skip
+    dissimilarity = [k for k in {k for d in free for k in d} if k.startswith("dissimilarity_")]
+    return SchedulerConfig.from_dict(
+        {
+            **base.to_dict(),
+            "static_joint_speed": _percentile(values("joint_speed"), 10, base.static_joint_speed),
+            "acceleration_partial": _percentile(
+                values("joint_acceleration"), 90, base.acceleration_partial
+            ),
+            "divergence_partial": _percentile(values("divergence"), 90, base.divergence_partial),
+            "divergence_full": _percentile(values("divergence"), 97.5, base.divergence_full),
+            "dissimilarity_full": _percentile(
+                values(*dissimilarity), 97.5, base.dissimilarity_full
+            ),
+            "image_change_stable": min(stable.values(), default=base.image_change_stable),
+            "camera_stable": stable,
+            "image_change_full": _percentile(values(*changes), 97.5, base.image_change_full),
+        }
+    )
+
+
+def replay_decisions(config: SchedulerConfig, episodes: list[list[dict]]) -> dict:
+    """The tiers `config` gives the recorded signals, episode by episode (the travel since a
+    full refresh is as recorded)."""
+    tiers, reasons, total = Counter(), Counter(), 0
+    for episode in episodes:
+        policy = TierPolicy(config)
+        for values in episode:
+            decision = policy.decide(Signals.from_values(values))
+            policy.commit(decision, decision.mode)
+            tiers[TIER_NAMES[decision.tier]] += 1
+            reasons.update(decision.reasons)
+            total += 1
+    return {
+        "replay_tier_share": {k: tiers[k] / total for k in TIER_NAMES},
+        "replay_reason_share": {k: v / total for k, v in reasons.most_common()},
+    }
+
+
+def calibrate_from_policy(paths, base: SchedulerConfig) -> tuple[SchedulerConfig, dict]:
+    episodes = load_decisions(paths)
+    if not episodes:
+        raise ValueError(f"no episode with scheduler decisions in {list(map(str, paths))}")
+    config = fit_decisions(episodes, base)
+    decisions = sum(len(e) for e in episodes)
+    free = sum(_free(d, base) for e in episodes for d in e)
+    report = {
+        "source": "policy episodes (scheduler decisions)",
+        "episodes": len(episodes),
+        "decisions": decisions,
+        "unforced_decisions": free,
+        "recorded_tier_share": {
+            k: sum(d.get("tier") == k for e in episodes for d in e) / decisions for k in TIER_NAMES
+        },
+        **replay_decisions(config, episodes),
+    }
+    return config, report
+
+
+def is_lerobot_dataset(path: str | Path) -> bool:
+    return (Path(path) / "meta" / "info.json").is_file()
+
+
 def calibrate_main(argv: list[str] | None = None) -> int:
     parser = CommandParser(
         prog="vla-runtime calibrate scheduler", description=help_summary(__doc__)
     )
-    parser.add_argument("--data", nargs="+", required=True, help="LeRobot dataset directories")
+    parser.add_argument("--data", nargs="+", required=True,
+                        help="eval JSONL files / folders of them (the policy's episodes with the "
+                             "scheduler), or LeRobot dataset directories")  # fmt: skip
     parser.add_argument("--out", default="calibration/scheduler.yaml", help="YAML to write")
     parser.add_argument("--base", help="start from this config (default config/scheduler.yaml)")
     parser.add_argument("--window", type=int, default=8, help="steps around gripper transitions")
@@ -197,7 +322,21 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-episodes", type=int, help="use at most this many episodes")
     args = parser.parse_args(argv)
     base = SchedulerConfig.from_yaml(args.base or config_dir() / "scheduler.yaml")
-    config, report = calibrate(args.data, base, args.window, args.execute, args.max_episodes)
+    kinds = {is_lerobot_dataset(path) for path in args.data}
+    missing = [path for path in args.data if not Path(path).exists()]
+    if missing:
+        parser.error(f"--data: no such path {missing[0]}")
+    if len(kinds) > 1:
+        parser.error("--data: either eval episodes or LeRobot datasets, not both")
+    try:
+        if kinds == {True}:
+            config, report = calibrate(
+                args.data, base, args.window, args.execute, args.max_episodes
+            )
+        else:
+            config, report = calibrate_from_policy(args.data, base)
+    except ValueError as exc:
+        parser.error(str(exc))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = f"# vla-runtime calibrate scheduler --data {' '.join(args.data)}\n"

@@ -35,6 +35,8 @@ from vla_runtime.data.expert_recording import (
     task_dataset_writer,
 )
 from vla_runtime.data.recovery import collect_recovery
+from vla_runtime.engine.checkpoint import load_spec
+from vla_runtime.engine.policy import PolicyError
 from vla_runtime.sim.env import DEFAULT_IMAGE_SIZE, InProcessEnv
 from vla_runtime.sim.tasks import (
     TASKS,
@@ -124,8 +126,9 @@ def collect_main(argv: list[str] | None = None) -> int:
         help="lockstep/realtime: through the ROS node stack; inprocess: no ROS (fast dev tool)",
     )
     parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE)
-    parser.add_argument("--robot", choices=SIMULATED_ROBOTS, default="fr3",
-                        help="the simulated arm (recovery: the checkpoint's)")  # fmt: skip
+    parser.add_argument(
+        "--robot", choices=SIMULATED_ROBOTS, help="simulated arm (default fr3; recovery: CKPT's)"
+    )
     recovery = parser.add_argument_group(
         "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"
     )
@@ -137,6 +140,13 @@ def collect_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.recover_from:
+        try:
+            robot = load_spec(args.recover_from).robot or "fr3"
+        except (OSError, PolicyError) as exc:
+            parser.error(f"--recover-from {args.recover_from}: not a usable checkpoint ({exc})")
+        if args.robot and args.robot != robot:
+            parser.error(f"--recover-from {args.recover_from} was trained for {robot}, not "
+                         f"{args.robot}")  # fmt: skip
         summary = collect_recovery(
             args.recover_from, args.task, args.episodes, args.out, args.seed,
             args.branch_every, args.branch_steps, args.execute, progress=not args.no_progress,
@@ -145,7 +155,7 @@ def collect_main(argv: list[str] | None = None) -> int:
         return 130 if summary["interrupted"] else 0
     summary = collect(
         args.task, args.episodes, args.out, args.seed, args.mode, args.image_size,
-        progress=not args.no_progress, robot=args.robot,
+        progress=not args.no_progress, robot=args.robot or "fr3",
     )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     return 130 if summary["interrupted"] else 0

@@ -62,6 +62,7 @@ STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
 STATS_WAIT_S = 5.0  # wall s for the streamer's end-of-episode figures
 VERDICTS = ("accept", "clip", "veto", "stale")
 MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed or changed, in full
+SCHEDULER_LABELS = ("mode", "tier", "demand", "reasons")  # the rest of a decision is numbers
 VETO_NUMBERS = ("observation_age_s", "state_age_s", "start_jump_rad", "retimed_s", "stamp")
 
 
@@ -105,6 +106,9 @@ class EpisodeRecord:
     clips: list = field(default_factory=list)  # the first few reasons of changed chunks
     best_progress: dict = field(default_factory=dict)  # the closest to success it came
     milestones_s: dict = field(default_factory=dict)  # sim s from the start to each stage
+    # With the scheduler: per inference, the signals, tier and reasons of the decision it ran
+    # with (`vla-runtime calibrate scheduler --data` fits thresholds on them).
+    scheduler_signals: list = field(default_factory=list)
 
 
 def _percentiles(values) -> dict:
@@ -179,6 +183,7 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
             if r.outcome in ("stalled", "stack_died")
         ],
         "milestones_s": summarise_milestones([r.milestones_s for r in records]),
+        **scheduler_summary([d for r in records for d in r.scheduler_signals]),
         "failed_seeds": [r.seed for r in records if not r.success],
         **settings,
     }
@@ -250,6 +255,7 @@ class StackHarness:
         self.driver_events: list[dict] = []
         self.engine_stats: list[tuple[float, int, dict]] = []  # (stamp, level, values)
         self.streamer_stats: list[tuple[float, dict]] = []
+        self.scheduler_signals: list[tuple[float, dict]] = []
         self.motion: list[tuple[str, float, list]] = []  # ("state"|"command", t, arm)
         sub = self.node.create_subscription
         sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene, qos_profile_sensor_data)
@@ -258,6 +264,7 @@ class StackHarness:
         sub(String, topics.DRIVER_EVENTS, lambda m: self._event(self.driver_events, m), 100)
         sub(DiagnosticArray, topics.ENGINE_STATS, self._on_engine_stats, 50)
         sub(DiagnosticArray, topics.STREAMER_STATS, self._on_streamer_stats, 50)
+        sub(DiagnosticArray, topics.SCHEDULER_SIGNALS, self._on_scheduler_signals, 50)
         if record_motion:
             self._arm = list(stack_robot(stack).joints)
             sub(JointState, topics.JOINT_STATES, lambda m: self._on_motion("state", m), 50)
@@ -288,6 +295,11 @@ class StackHarness:
         for status in array.status:
             self.streamer_stats.append((stamp, {kv.key: kv.value for kv in status.values}))
 
+    def _on_scheduler_signals(self, array) -> None:
+        stamp = to_seconds(array.header.stamp)
+        for status in array.status:
+            self.scheduler_signals.append((stamp, {kv.key: kv.value for kv in status.values}))
+
     def _on_motion(self, kind: str, msg) -> None:
         t = to_seconds(msg.header.stamp)
         if kind == "state" and self.motion and t - self.motion[-1][1] < 0.02:
@@ -308,7 +320,7 @@ class StackHarness:
         """Drop what the stack reported so far (between episodes: each episode's figures are
         taken from what arrives during it)."""
         for reports in (self.safety_events, self.driver_events, self.engine_stats,
-                        self.streamer_stats, self.motion):  # fmt: skip
+                        self.streamer_stats, self.scheduler_signals, self.motion):  # fmt: skip
             reports.clear()
 
     def _tails(self) -> str:
@@ -442,6 +454,43 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
     return record
 
 
+def scheduler_summary(decisions: list[dict]) -> dict:
+    """The share of the scheduler's decisions in each tier, and of those that gave each reason
+    (why not a cheaper tier); empty without the scheduler."""
+    if not decisions:
+        return {}
+    n = len(decisions)
+    tiers = _merge_counts({d["tier"]: 1} for d in decisions)
+    reasons = _merge_counts({r: 1 for r in d["reasons"].split(",") if r} for d in decisions)
+    return {
+        "scheduler": {
+            "decisions": n,
+            "tiers": {k: v / n for k, v in sorted(tiers.items())},
+            "reasons": {k: v / n for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])},
+        }
+    }
+
+
+def decisions_per_inference(reports: list[tuple[float, dict]], t0: float, t_end: float) -> list:
+    """The scheduler's last decision before each inference of [t0, t_end]: its report is
+    repeated and updated between inferences, `inferences` counts those already run."""
+    last: dict[str, dict] = {}
+    for stamp, values in reports:
+        if t0 <= stamp <= t_end and "inferences" in values:
+            last[values["inferences"]] = values
+    decisions = []
+    for values in last.values():
+        decision = {k: values.get(k, "") for k in SCHEDULER_LABELS}
+        for key, value in values.items():
+            if key not in SCHEDULER_LABELS and key not in ("inferences", "since_full"):
+                try:
+                    decision[key] = float(value)
+                except ValueError:
+                    pass
+        decisions.append(decision)
+    return decisions
+
+
 def _keep_best(best: dict, progress: dict) -> None:
     for key, value in progress.items():
         high = PROGRESS_BETTER_HIGH[key]
@@ -498,6 +547,7 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
     within = [v for s, v in after if s <= t_end + 1.5]
     if within:
         record.streamer = within[-1]
+    record.scheduler_signals = decisions_per_inference(harness.scheduler_signals, t0, t_end)
     for event in harness.driver_events:
         if t0 <= float(event.get("stamp", -1)) <= t_end:
             kind = event.get("event", "?")

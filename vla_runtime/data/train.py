@@ -175,18 +175,17 @@ def learning_rate(step: int, total: int, peak: float, warmup: int = 200) -> floa
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def for_another_arm(source: VLAModel, spec) -> VLAModel:
+def for_another_arm(source: VLAModel, spec) -> tuple[VLAModel, str]:
     """`source`'s architecture for `spec`'s state and action columns (another arm): every
     weight whose shape still fits carries over (vision, language, backbone), the layers that
-    read the state or write the actions start fresh."""
+    read the state or write the actions start fresh. Also says how many carried over."""
     model = VLAModel(replace(source.cfg, state_dim=spec.state_dim, action_dim=spec.action_dim))
     target = model.state_dict()
     fits = {
         k: v for k, v in source.state_dict().items() if k in target and v.shape == target[k].shape
     }
     model.load_state_dict(fits, strict=False)
-    print(f"init from another arm: {len(fits)} of {len(target)} tensors carried over")
-    return model.train()
+    return model.train(), f"{len(fits)} of {len(target)} tensors carried over"
 
 
 def train(
@@ -255,6 +254,7 @@ def train(
         aux = torch.from_numpy((data.env_state - mean) / std)
 
     resume = out / TRAIN_STATE
+    init_from_another_arm = None
     if resume.is_file():
         state = torch.load(resume, weights_only=False)
         checkpoint = load_checkpoint(out)
@@ -278,7 +278,7 @@ def train(
             if model.cfg.image_height != height or model.cfg.chunk_len != spec.chunk_len:
                 raise ValueError(f"{init} was built for other images or chunk length")
             if (model.cfg.state_dim, model.cfg.action_dim) != (spec.state_dim, spec.action_dim):
-                model = for_another_arm(model, spec)
+                model, init_from_another_arm = for_another_arm(model, spec)
             if not model.cfg.aux_dim:
                 aux = None
         everything = np.arange(len(data))
@@ -360,6 +360,7 @@ def train(
         "state_noise": state_noise,
         "action_space": spec.action_space.value,
         "init": None if init is None else str(init),
+        "init_from_another_arm": init_from_another_arm,
         "inference": inference,
         "aux_weight": aux_weight if aux is not None else 0.0,
         "final_aux_loss": float(np.mean(aux_losses[-100:])) if aux_losses else None,
