@@ -9,7 +9,8 @@ Per task and pooled over every task's episodes:
   seconds run) and `speedup` (full / scheduled);
 - `inference_hz` (chunks per control second): what a cheaper engine buys in real time, since
   the streamer asks for the next chunk once the plan left covers only the inference delay;
-- `modes`: the share of each compute mode that actually ran (the engine's report).
+- `modes`: the share of each compute mode that actually ran (the engine's report), and
+  `decisions`: the scheduler's tiers and the reasons it gave for not choosing a cheaper one.
 
 `projected_speedup_small` puts the scheduled mix onto a model size that matters: the engine
 cost of every mode that ran is timed on the `small` preset (SmolVLA-sized, random weights,
@@ -71,6 +72,8 @@ def compare(full: dict, scheduled: dict) -> dict:
         "engine_ms_per_chunk": {arm: s.get("engine_ms_per_chunk") for arm, s in both.items()},
         "inference_hz": {arm: s.get("inference_rate_hz") for arm, s in both.items()},
         "modes": {arm: s.get("modes", {}) for arm, s in both.items()},
+        # the scheduled arm's decisions: the share of each tier and of each reason given
+        "decisions": scheduled.get("scheduler"),
         "veto_rate": {arm: s.get("veto_rate") for arm, s in both.items()},
         "engine_latency_ms": {arm: s["engine_latency_ms"] for arm, s in both.items()},
         "failed_seeds": {arm: s["failed_seeds"] for arm, s in both.items()},
