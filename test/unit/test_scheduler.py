@@ -203,9 +203,8 @@ def test_shipped_thresholds_hold_full_inside_the_exit_band():
     decisions = run(policy, [shipped_transport(divergence=v) for v in values])
     # leaving FULL takes hold_inferences calm demands in a row
     hold = c.hold_inferences
-    assert tiers(decisions) == [FULL, REUSE, FULL, FULL, FULL] + [FULL] * (hold - 1) + [
-        REUSE
-    ] * (3 - (hold - 1))
+    calm = [FULL] * (hold - 1) + [REUSE] * (3 - (hold - 1))
+    assert tiers(decisions) == [FULL, REUSE, FULL, FULL, FULL, *calm]
 
 
 def test_shipped_thresholds_keep_the_refresh_bound_for_any_signals():
@@ -216,10 +215,12 @@ def test_shipped_thresholds_keep_the_refresh_bound_for_any_signals():
             joint_speed=float(rng.uniform(0, 3 * c.static_joint_speed)),
             joint_acceleration=float(rng.uniform(0, 2 * c.acceleration_partial)),
             divergence=float(rng.uniform(0, 0.8 * c.divergence_full)),
-            image_change={"scene": float(rng.uniform(0, 1.2 * c.image_change_full)),
-                          "wrist": float(rng.uniform(0, 0.5 * c.stable_threshold("wrist")))},
+            image_change={
+                "scene": float(rng.uniform(0, 1.2 * c.image_change_full)),
+                "wrist": float(rng.uniform(0, 0.5 * c.stable_threshold("wrist"))),
+            },
             gripper_planned=bool(rng.random() < 0.05),
-        )  # fmt: skip
+        )
         for _ in range(400)
     ]
     decisions = run(TierPolicy(c), sequence)

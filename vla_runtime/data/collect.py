@@ -143,7 +143,7 @@ def collect_main(argv: list[str] | None = None) -> int:
         try:
             robot = load_spec(args.recover_from).robot or "fr3"
         except (OSError, PolicyError) as exc:
-            parser.error(f"--recover-from {args.recover_from}: not a usable checkpoint ({exc})")
+            parser.error(f"--recover-from {args.recover_from} is not a checkpoint ({exc})")
         if args.robot and args.robot != robot:
             parser.error(f"--recover-from {args.recover_from} was trained for {robot}, not "
                          f"{args.robot}")  # fmt: skip

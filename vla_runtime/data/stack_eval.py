@@ -161,8 +161,9 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         "engine_latency_ms": _percentiles(infer),
         "engine_errors": sum(r.engine_errors for r in records),
         "inference_rate_hz": len(infer) / sim_s if sim_s else None,
-        **compute_cost([x for r in records for x in r.engine_ms],
-                       [m for r in records for m in r.modes], sim_s),  # fmt: skip
+        **compute_cost(
+            [x for r in records for x in r.engine_ms], [m for r in records for m in r.modes], sim_s
+        ),
         "latency_chain_ms": {
             "camera_age": _percentiles([x for r in records for x in r.camera_age_ms]),
             "engine_infer": _percentiles(infer),
