@@ -97,7 +97,7 @@ def _bench(args: argparse.Namespace) -> int:
         result = run(
             "scheduler",
             checkpoint=args.ckpt,
-            tasks=tuple(args.tasks or ("reach", "push", "pick", "dynamic_reach")),
+            tasks=tuple(args.tasks or tasks),
             episodes=args.episodes or 50,
             seed=args.seed,
             config=args.config,
