@@ -20,7 +20,6 @@ against delay.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -28,7 +27,7 @@ from matplotlib.figure import Figure
 from vla_runtime.bench.progress import bench_bar
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
-from vla_runtime.data.stack_eval import EpisodeRecord, eval_stack, summarise
+from vla_runtime.data.stack_eval import eval_stack, read_episodes, summarise
 
 DELAYS = {
     "0": "0",
@@ -92,8 +91,7 @@ def run_bench(
                     )  # fmt: skip
                     bar.update(done + episodes - bar.n)  # episodes resumed from the JSONL
                     by_task.setdefault(task, {}).setdefault(delay, {})[arm] = _arm_figures(summary)
-                    lines = [line for line in jsonl.read_text().splitlines() if line.strip()]
-                    episodes_run = [EpisodeRecord(**json.loads(line)) for line in lines]
+                    episodes_run = read_episodes(jsonl)
                     solved[task, delay, arm] = {
                         r.seed: r.time_to_success_s for r in episodes_run if r.success
                     }

@@ -21,7 +21,6 @@ file per task and arm; `--resume` skips the seeds already there), next to `sched
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -79,11 +78,6 @@ def compare(full: dict, scheduled: dict) -> dict:
         "failed_seeds": {arm: s["failed_seeds"] for arm, s in both.items()},
         "incidents": {arm: s["incidents"] for arm, s in both.items()},
     }
-
-
-def _records(path: Path, seed: int, episodes: int) -> list:
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [stack_eval.EpisodeRecord(**e) for e in entries if seed <= e["seed"] < seed + episodes]
 
 
 def projected_cost(latency_ms: dict, inference_hz: float | None, modes: dict) -> float | None:
@@ -156,7 +150,8 @@ def run_bench(
                     task, episodes, seed, arm_overrides(checkpoint, arm, config_path), jsonl,
                     resume, progress,
                 )  # fmt: skip
-                pooled[arm] += _records(jsonl, seed, episodes)
+                pooled[arm] += [r for r in stack_eval.read_episodes(jsonl)
+                                if seed <= r.seed < seed + episodes]  # fmt: skip
                 bar.update(episodes)
             per_task[task] = compare(arms["full"], arms["scheduled"])
     overall = compare(*(stack_eval.summarise("all", pooled[arm], {}) for arm in ARMS))

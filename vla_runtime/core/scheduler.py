@@ -134,6 +134,11 @@ class SchedulerConfig:
         return yaml.safe_dump({"scheduler": self.to_dict()}, sort_keys=False)
 
 
+# Signals that force a full refresh whatever the cues say (TierPolicy.decide)
+FORCING_FLAGS = ("new_episode", "safety_intervention", "gripper_commanded", "gripper_moving",
+                 "gripper_planned")  # fmt: skip
+
+
 @dataclass
 class Signals:
     """Everything the decision looks at, as of the next inference (None = not measured yet)."""
@@ -168,8 +173,7 @@ class Signals:
         """The inverse of `as_values` (a recorded decision's numbers; other keys ignored)."""
         known = {f.name for f in fields(cls)} - {"image_change", "dissimilarity"}
         kwargs: dict = {k: values[k] for k in known if k in values}
-        for flag in ("new_episode", "safety_intervention", "gripper_commanded",
-                     "gripper_moving", "gripper_planned"):  # fmt: skip
+        for flag in FORCING_FLAGS:
             kwargs[flag] = bool(kwargs.get(flag, 0.0))
         for prefix in ("image_change", "dissimilarity"):
             kwargs[prefix] = {k[len(prefix) + 1 :]: float(v) for k, v in values.items()

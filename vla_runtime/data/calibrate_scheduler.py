@@ -41,6 +41,7 @@ from vla_runtime.core.help_text import CommandParser, help_summary
 from vla_runtime.core.paths import config_dir
 from vla_runtime.core.scene_change import change, thumbnail
 from vla_runtime.core.scheduler import (
+    FORCING_FLAGS,
     FULL,
     TIER_NAMES,
     PhaseScheduler,
@@ -207,10 +208,6 @@ def calibrate(data_dirs, base: SchedulerConfig, window: int, execute: int,
 
 
 # ------------------------------------------------------------------------ policy episodes
-FORCING = ("new_episode", "gripper_commanded", "gripper_moving", "gripper_planned",
-           "safety_intervention")  # fmt: skip
-
-
 def load_decisions(paths) -> list[list[dict]]:
     """Per episode, the scheduler's recorded decisions, from eval JSONL files or folders of
     them (episodes that ran without the scheduler have none and are skipped)."""
@@ -230,7 +227,7 @@ def load_decisions(paths) -> list[list[dict]]:
 def _free(decision: dict, base: SchedulerConfig) -> bool:
     """A decision no cue could make cheaper: forced full (episode start, gripper, safety)."""
     started = decision.get("episode_time_s", float("inf")) >= base.start_full_s
-    return started and not any(decision.get(k) for k in FORCING)
+    return started and not any(decision.get(k) for k in FORCING_FLAGS)
 
 
 def fit_decisions(episodes: list[list[dict]], base: SchedulerConfig) -> SchedulerConfig:

@@ -579,10 +579,7 @@ def eval_stack(
         plot = report / "joints.png"
     done: dict[int, EpisodeRecord] = {}
     if out is not None and resume and out.exists():
-        for line in out.read_text().splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                done[entry["seed"]] = EpisodeRecord(**entry)
+        done = {record.seed: record for record in read_episodes(out)}
     elif out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("")
@@ -641,6 +638,12 @@ def eval_stack(
         page = write_eval_report(report, summary, records, format_summary(summary))
         summary["report"] = str(page)
     return summary
+
+
+def read_episodes(path: Path) -> list[EpisodeRecord]:
+    """The episodes an evaluation wrote to its JSONL file, in file order."""
+    lines = Path(path).read_text().splitlines()
+    return [EpisodeRecord(**json.loads(line)) for line in lines if line.strip()]
 
 
 def stack_arg(stack: Stack, node: str, key: str):
