@@ -46,6 +46,36 @@ setup() {
     echo "$want" > "$stamp"
   fi
   export PATH="$PWD/.venv/bin:$PATH" MUJOCO_GL="${MUJOCO_GL:-egl}" PYTHONUNBUFFERED=1
+  build_interfaces
+}
+
+build_interfaces() {
+  # tf2_msgs has no pip wheel: its TFMessage (for /tf_static) is built into .venv from
+  # interfaces/tf2_msgs with the rosidl generators that requirements-dev.txt pins.
+  .venv/bin/python -c "import tf2_msgs.msg" 2>/dev/null && return
+  local missing=() python_version
+  python_version=$(.venv/bin/python -c "import sys; print('%d.%d' % sys.version_info[:2])")
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v g++ >/dev/null || missing+=(g++)
+  .venv/bin/python -c "import os, sysconfig
+raise SystemExit(not os.path.isfile(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+    || missing+=("python$python_version-dev")
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing build tools for interfaces/tf2_msgs (${missing[*]})"
+    apt_install "${missing[@]}"
+  fi
+  echo "building tf2_msgs/TFMessage into .venv (interfaces/tf2_msgs)"
+  local build=.venv/build/tf2_msgs venv="$PWD/.venv"
+  mkdir -p "$build"
+  if ! { AMENT_PREFIX_PATH="$venv" cmake -S interfaces/tf2_msgs -B "$build" -DBUILD_TESTING=OFF \
+           -DCMAKE_INSTALL_PREFIX="$venv" -DCMAKE_PREFIX_PATH="$venv" \
+           -DPython3_EXECUTABLE="$venv/bin/python" \
+         && AMENT_PREFIX_PATH="$venv" cmake --build "$build" -j2 \
+         && cmake --install "$build"; } >"$build.log" 2>&1; then
+    tail -n 30 "$build.log" >&2
+    echo "building interfaces/tf2_msgs failed (log: $build.log)" >&2
+    exit 1
+  fi
 }
 
 case "${1:-}" in

@@ -1,15 +1,16 @@
 """Calibration results in the running stack: the camera node publishes a calibration folder's
-camera_info and extrinsics; the latency procedure recovers an injected camera delay."""
+camera_info and extrinsics (on /tf_static, as tf2 reads them); the latency procedure recovers an
+injected camera delay."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from geometry_msgs.msg import TransformStamped
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo
 from test_camera_node import spin_until, start_camera, stop, write_video
+from tf2_msgs.msg import TFMessage
 
 from vla_runtime.core import topics
 from vla_runtime.core.calibration_files import StaticTransform, camera_info_yaml
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.integration
 
 INJECTED_DELAY_S = 0.06
 DELAY_TOLERANCE_S = 0.01
+# ROS 2 Jazzy's tf2_msgs/msg/TFMessage: a subscriber of another build matches only this hash.
+TF_MESSAGE_TYPE_HASH = "RIHS01_e369d0f05a23ae52508854b66f6aa0437f3449d652e8cbf22d5abe85d020f087"
 
 
 def test_camera_node_publishes_the_calibration_folder(rclpy_context, tmp_path):
@@ -40,19 +43,22 @@ def test_camera_node_publishes_the_calibration_folder(rclpy_context, tmp_path):
     node.create_subscription(
         CameraInfo, topics.camera_info("front"), infos.append, qos_profile_sensor_data
     )
-    node.create_subscription(TransformStamped, topics.STATIC_TRANSFORMS, transforms.append, LATCHED)
+    node.create_subscription(TFMessage, topics.TF_STATIC, transforms.append, LATCHED)
     executor = SingleThreadedExecutor(context=rclpy_context)
     executor.add_node(node)
     proc = start_camera(tmp_path, "front", path=video, calibration_dir=folder)
     try:
         assert spin_until(executor, lambda: infos and transforms, timeout=60)
+        (camera_endpoint,) = node.get_publishers_info_by_topic(topics.TF_STATIC)
     finally:
         code, log = stop(proc)
         executor.shutdown()
         node.destroy_node()
     assert code == 0, log
     np.testing.assert_allclose(np.reshape(infos[0].k, (3, 3)), K)
-    sent = transforms[0]
+    assert camera_endpoint.topic_type == "tf2_msgs/msg/TFMessage"
+    assert str(camera_endpoint.topic_type_hash) == TF_MESSAGE_TYPE_HASH
+    (sent,) = transforms[0].transforms
     assert (sent.header.frame_id, sent.child_frame_id) == ("fr3_link0", "front_optical_frame")
     assert sent.transform.translation.x == 1.0 and sent.transform.rotation.w == 1.0
 

@@ -12,8 +12,16 @@ import subprocess
 import numpy as np
 import pytest
 from stack_probe import ARM, HOME, PROBE_COMMANDS, Probe, finish, start_launcher
+from tf2_msgs.msg import TFMessage
+
+from vla_runtime.core import topics
+from vla_runtime.ros.qos import LATCHED
 
 pytestmark = pytest.mark.integration
+
+
+def static_frames(messages: list[TFMessage]) -> set[tuple[str, str]]:
+    return {(t.header.frame_id, t.child_frame_id) for m in messages for t in m.transforms}
 
 
 def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
@@ -22,8 +30,16 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     probe = None
     try:
         probe = Probe(domain, commands=True)
+        static = []
+        probe.node.create_subscription(TFMessage, topics.TF_STATIC, static.append, LATCHED)
         assert probe.wait(lambda: probe.q is not None, 60), "no /joint_states"
         assert np.allclose(probe.q, HOME, atol=0.02)
+        # The cameras' calibrated poses (calibration/sim) reach tf2's topic.
+        assert probe.wait(lambda: len(static_frames(static)) == 2, 30), static_frames(static)
+        assert static_frames(static) == {
+            ("fr3_link0", "scene_optical_frame"),
+            ("fr3_link8", "wrist_optical_frame"),
+        }
 
         goal = HOME + np.array([0.3, 0.2, -0.2, 0.3, 0.2, -0.2, 0.3])
         probe.send(ARM, [(1.0, HOME + (goal - HOME) / 2), (2.0, goal)])

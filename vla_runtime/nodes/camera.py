@@ -61,7 +61,7 @@ from vla_runtime.ros.parameters import declare, param
 from vla_runtime.ros.qos import LATCHED
 from vla_runtime.ros.runtime import run_node
 
-try:  # a ROS install has it; the pip wheels do not
+try:  # a ROS install has it; dev.sh builds it from interfaces/tf2_msgs (no pip wheel)
     from tf2_msgs.msg import TFMessage
 except ImportError:
     TFMessage = None
@@ -244,9 +244,8 @@ class CameraNode(RuntimeNode):
             self._health.frame_published(time.monotonic())
 
     def _publish_extrinsics(self, path: str) -> list:
-        """The camera's calibrated pose as a latched transform: on /tf_static when tf2_msgs is
-        installed (a ROS install), else as geometry_msgs/TransformStamped on
-        /vla/tf_static (tf2_msgs has no pip wheel; ROS tools do not read that topic)."""
+        """The camera's calibrated pose as a latched transform on /tf_static; without tf2_msgs,
+        as geometry_msgs/TransformStamped on /vla/tf_static (ROS tools do not read that topic)."""
         if not path:
             return []
         try:
