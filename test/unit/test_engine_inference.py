@@ -4,6 +4,7 @@ that serves requests from the newest inputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -112,6 +113,14 @@ def test_failures_name_their_kind(policy, kind, text):
 def test_stale_inputs_are_a_sync_failure():
     with pytest.raises(InferenceFailure, match="sync: stale image"):
         inference(StandInPolicy()).run(INPUTS, None, MODE, now=11.0)
+
+
+def test_a_new_episode_before_its_first_frames_is_a_wait_not_a_failure():
+    """Every episode starts with frames of the previous one in hand: the engine waits."""
+    new_episode = dataclasses.replace(INPUTS, episode_start=10.0)
+    with pytest.raises(InferenceFailure) as waiting:
+        inference(StandInPolicy()).run(new_episode, None, MODE, now=10.0)
+    assert waiting.value.kind == "wait" and "frames of the new episode" in waiting.value.message
 
 
 def test_an_injected_delay_is_drawn_per_chunk():

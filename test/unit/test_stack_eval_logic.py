@@ -3,6 +3,8 @@ verdict of a run that did nothing, injected delays and thread counts."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.core.threads import default_threads, resolve_threads
 from vla_runtime.data.stack_eval import (
     EpisodeRecord,
+    collect_episode,
     failure_reason,
     first_times,
     reason_kind,
@@ -25,6 +28,18 @@ def test_reasons_are_counted_without_their_numbers_and_joints():
     assert reason_kind("joint limit fr3_joint4 at point 3") == "joint limit"
     assert reason_kind("table clearance at point 4") == "table clearance"
     assert reason_kind("consequence: collision with the table") == "consequence"
+
+
+def test_an_episode_counts_engine_errors_but_not_its_wait_for_first_frames():
+    ok = {"infer_ms": "30", "total_ms": "31", "mode": "v0d0", "latency_ms": "60"}
+    waiting = {}  # WARN: frames of the new episode on their way
+    harness = SimpleNamespace(
+        safety_events=[], streamer_stats=[], scheduler_signals=[], driver_events=[],
+        engine_stats=[(0.05, 1, waiting), (0.2, 0, ok), (0.5, 2, {}), (9.0, 2, {})],
+    )  # fmt: skip
+    record = EpisodeRecord(1, "timeout", False, None, sim_s=8.0, wall_s=8.5)
+    collect_episode(harness, record, t0=0.0, t_end=8.0)
+    assert record.engine_errors == 1 and record.engine_infer_ms == [30.0]
 
 
 def _record(seed, success, verdicts, vetoes=None, executed=10, stale=0, infer=(30.0,)):

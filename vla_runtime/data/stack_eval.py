@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -57,6 +57,7 @@ from vla_runtime.stack.isolation import claim_domain
 from vla_runtime.stack.resolver import Stack, resolve_stack
 from vla_runtime.stack.supervisor import Supervisor, node_env
 
+ERROR_LEVEL = DiagnosticStatus.ERROR[0]
 STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of a fresh stack
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
 STATS_WAIT_S = 5.0  # wall s for the streamer's end-of-episode figures
@@ -541,7 +542,7 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
             for key, value in values.items():
                 if key.endswith("_age_ms") and key != "state_age_ms":
                     record.camera_age_ms.append(float(value))
-        elif level != 0:
+        elif level == ERROR_LEVEL:  # WARN: waiting for a new episode's first inputs
             record.engine_errors += 1
     after = [(s, v) for s, v in harness.streamer_stats if t0 < s]
     # The last figures of this episode: before the next reset restarts the counters.

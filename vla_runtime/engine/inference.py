@@ -15,14 +15,15 @@ from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.engine.guidance import plan_guidance
 from vla_runtime.engine.observation import Frame, Inputs, ObservationAssembler
 from vla_runtime.engine.policy import ActionChunk, Observation, Policy, PolicyError
-from vla_runtime.engine.state_mapping import SyncError
+from vla_runtime.engine.state_mapping import AwaitingEpisode, SyncError
 from vla_runtime.engine.trigger import InferenceRequest
 
 LATENCY_WINDOW = 20  # chunks whose latency the guidance's expected delay is the median of
 
 
 class InferenceFailure(Exception):
-    """kind: sync (inputs), policy (observation rejected), inference (back end), output."""
+    """kind: wait (a new episode's first inputs still on their way), sync (inputs), policy
+    (observation rejected), inference (back end), output."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(f"{kind}: {message}")
@@ -70,6 +71,8 @@ class ChunkInference:
         started = time.perf_counter()
         try:
             assembled = self.assembler.assemble(inputs, now)
+        except AwaitingEpisode as exc:
+            raise InferenceFailure("wait", str(exc)) from None
         except SyncError as exc:
             raise InferenceFailure("sync", str(exc)) from None
         observation, spec = assembled.observation, self.spec

@@ -11,7 +11,7 @@ import numpy as np
 
 from vla_runtime.core import topics
 from vla_runtime.engine.policy import CameraSpec, Observation, PolicySpec
-from vla_runtime.engine.state_mapping import StateMapping, SyncError
+from vla_runtime.engine.state_mapping import AwaitingEpisode, StateMapping, SyncError
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class ObservationAssembler:
             raise SyncError(f"no image yet from camera(s) {missing} ({', '.join(topics_missing)})")
         old = [n for n, f in frames.items() if f.stamp < inputs.episode_start]
         if old:
-            raise SyncError(f"waiting for frames of the new episode from camera(s) {old}")
+            raise AwaitingEpisode(f"waiting for frames of the new episode from camera(s) {old}")
         ages = {name: now - frame.stamp for name, frame in frames.items()}
         stale = {name: age for name, age in ages.items() if age > self.max_image_age_s}
         if stale:
@@ -94,7 +94,7 @@ class ObservationAssembler:
         if joint_state is None:
             raise SyncError(f"no joint state received on {topics.JOINT_STATES}")
         if joint_state.stamp < inputs.episode_start:
-            raise SyncError("waiting for a joint state of the new episode")
+            raise AwaitingEpisode("waiting for a joint state of the new episode")
         ages["state"] = now - joint_state.stamp
         if ages["state"] > self.max_state_age_s:
             raise SyncError(

@@ -31,6 +31,11 @@ class SyncError(RuntimeError):
     """The inputs do not form a usable observation (missing or stale camera or state)."""
 
 
+class AwaitingEpisode(SyncError):
+    """A new episode began and its first camera frame or joint state has not come yet: the
+    normal start of every episode, not a fault."""
+
+
 @dataclass(frozen=True)
 class StateMapping:
     """How /joint_states becomes the policy state and how actions become joint positions."""

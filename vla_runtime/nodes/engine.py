@@ -158,6 +158,7 @@ class EngineNode(RuntimeNode):
         mode = ComputeMode.parse(params.compute_mode)
         self.stats = EngineStats(params.backend, params.run_mode)
         self._log_error = ThrottledLog(self.get_logger().error, per_message=True)
+        self._log_wait = ThrottledLog(self.get_logger().info, per_message=True)
         self.worker = InferenceWorker(
             trigger, params.instruction, mode, self._publish, self._fail, self.now_s,
             alive=self.context.ok,
@@ -307,6 +308,10 @@ class EngineNode(RuntimeNode):
         self._publish_stats(OK, message, inference.chunk.mode, values)
 
     def _fail(self, kind: str, message: str) -> None:
+        if kind == "wait":  # every episode starts so: reported, not counted as an error
+            if self._log_wait(message):
+                self._publish_stats(WARN, message, self.worker.mode, {})
+            return
         flight = self.worker.in_flight
         if kind in REQUEST_FAILURES and flight is not None:
             self._event("inference_failed", flight[0], kind=kind, reason=message[:200])
