@@ -42,6 +42,9 @@ RUN apt-get update \
         ros-jazzy-launch-testing \
         ros-jazzy-launch-testing-ros \
         python3-venv \
+        python3-dev \
+        cmake \
+        g++ \
         git \
         libegl1 libegl-mesa0 libgl1 libgl1-mesa-dri libosmesa6 \
     && rm -rf /var/lib/apt/lists/*
@@ -64,7 +67,9 @@ COPY . .
 # colcon in the venv, so the installed node executables run on the venv's Python) for
 # `ros2 launch vla_runtime ...`.
 ENV PATH=$VENV/bin:$PATH
-RUN pip install --no-cache-dir --no-deps -e . \
+# tf2_msgs for the venv's rclpy (apt's is built for the system Python's numpy), as dev.sh does.
+RUN interfaces/build.sh "$VENV" \
+    && pip install --no-cache-dir --no-deps -e . \
     && mkdir -p /opt/vla_runtime/ws/src \
     && ln -s /opt/vla_runtime/src/vla_runtime /opt/vla_runtime/ws/src/vla_runtime
 WORKDIR /opt/vla_runtime/ws

@@ -65,17 +65,7 @@ raise SystemExit(not os.path.isfile(os.path.join(sysconfig.get_paths()['include'
     apt_install "${missing[@]}"
   fi
   echo "building tf2_msgs/TFMessage into .venv (interfaces/tf2_msgs)"
-  local build=.venv/build/tf2_msgs venv="$PWD/.venv"
-  mkdir -p "$build"
-  if ! { AMENT_PREFIX_PATH="$venv" cmake -S interfaces/tf2_msgs -B "$build" -DBUILD_TESTING=OFF \
-           -DCMAKE_INSTALL_PREFIX="$venv" -DCMAKE_PREFIX_PATH="$venv" \
-           -DPython3_EXECUTABLE="$venv/bin/python" \
-         && AMENT_PREFIX_PATH="$venv" cmake --build "$build" -j2 \
-         && cmake --install "$build"; } >"$build.log" 2>&1; then
-    tail -n 30 "$build.log" >&2
-    echo "building interfaces/tf2_msgs failed (log: $build.log)" >&2
-    exit 1
-  fi
+  interfaces/build.sh .venv
 }
 
 case "${1:-}" in
