@@ -267,15 +267,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return _dispatch(argv)
-    except (ValueError, OSError) as exc:
-        # Bad input (a path, a seed, a device, a dataset, a checkpoint): one line, exit 2.
+    except (ValueError, OSError, RuntimeError) as exc:
+        # One line: bad input (a path, a seed, a device, a dataset, a checkpoint) exits 2, a run
+        # that could not be made (a stack that did not start, a node that died) exits 1.
         if os.environ.get("VLA_RUNTIME_TRACEBACK"):
             raise
+        bad_input = isinstance(exc, ValueError | OSError)
         command = " ".join(argv[:2] if argv[:1] in (["bench"], ["calibrate"]) else argv[:1])
         line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        print(f"vla-runtime {command}: error: {line} (VLA_RUNTIME_TRACEBACK=1 for the traceback)",
-              file=sys.stderr)  # fmt: skip
-        return 2
+        print(f"vla-runtime {command}: {'error' if bad_input else 'failed'}: {line} "
+              "(VLA_RUNTIME_TRACEBACK=1 for the traceback)", file=sys.stderr)  # fmt: skip
+        return 2 if bad_input else 1
 
 
 def _dispatch(argv: list[str]) -> int:

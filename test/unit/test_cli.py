@@ -122,6 +122,18 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, says, tmp_path, capsys):
     assert "Traceback" not in err
 
 
+def test_a_run_that_could_not_be_made_is_one_line_and_exit_code_1(monkeypatch, capsys):
+    def stack_never_moved(argv):
+        raise RuntimeError("the loop did not start moving in 240 s; dead: ['engine']\nmore")
+
+    monkeypatch.setattr("vla_runtime.cli._dispatch", stack_never_moved)
+    monkeypatch.delenv("VLA_RUNTIME_TRACEBACK", raising=False)
+    assert main(["bench", "faults"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vla-runtime bench faults: failed: the loop did not start moving")
+    assert len(err.splitlines()) == 1 and "more" not in err
+
+
 def test_stack_arguments_take_the_type_of_their_default():
     from vla_runtime.stack.resolver import resolve_stack
 

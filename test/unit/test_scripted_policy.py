@@ -1,6 +1,8 @@
 import numpy as np
+import pytest
 
 from vla_runtime.engine.policy import Observation
+from vla_runtime.engine.state_mapping import StateMapping
 from vla_runtime.testing.scripted_policy import SwayPolicy
 
 
@@ -27,3 +29,12 @@ def test_the_sway_moves_joints_1_and_6_only():
     policy = SwayPolicy(image_size=32)
     quarter = policy.path(np.array([0.75]))[0]  # a quarter of the 3 s period: the peak
     np.testing.assert_allclose(quarter - policy.home, [0.15, 0, 0, 0, 0, 0.15, 0], atol=1e-12)
+
+
+@pytest.mark.parametrize("robot", ["fr3", "panda", "ur5e"])
+def test_the_sway_is_a_policy_for_the_arm_it_sways(robot):
+    """The fault bench serves it to the engine of each arm, which refuses another arm's policy."""
+    policy = SwayPolicy(image_size=32, robot=robot)
+    StateMapping.for_robot(robot).check_spec(policy.spec, robot)
+    with pytest.raises(ValueError, match="trained for robot"):
+        StateMapping.for_robot(robot).check_spec(policy.spec, "fr3" if robot != "fr3" else "panda")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import replace
 
 import numpy as np
 
@@ -27,10 +26,7 @@ class SwayPolicy:
     def __init__(self, image_size: int, amplitude=(0.15, 0, 0, 0, 0, 0.15, 0), period_s=3.0,
                  tau_s=0.3, robot: str = "fr3"):  # fmt: skip
         arm = load_robot(robot)
-        # The robot's own columns: its arm joints and one gripper value.
-        self.spec = replace(default_spec(image_size=image_size), state_dim=arm.dof + 1,
-                            action_dim=arm.dof + 1,
-                            joint_names=(*arm.joints, arm.gripper_joints[0]))  # fmt: skip
+        self.spec = default_spec(image_size=image_size, robot=robot)  # its arm joints + gripper
         self.home = np.array(arm.home)
         self.dof = len(self.home)
         amplitude = np.asarray(amplitude, dtype=float)
