@@ -112,6 +112,11 @@ class GripperIntent:
             return None
         return self._goal(self.wanted)
 
+    def hold(self) -> None:
+        """Drop a wanted change not yet sent: the next goal comes from a width commanded after
+        this (a fault holds the hand where its last goal left it)."""
+        self.wanted = self.sent
+
     def mark_sent(self, goal: GripperGoal, now: float) -> int:
         """The goal went out; returns the token its `finished` must carry."""
         self.sent = CLOSED if goal.action == "grasp" else OPEN

@@ -97,18 +97,20 @@ class CommandArbiter:
     `command_interface`'s arm topic and the gripper's, if any), checks the publishers of every
     command topic at 20 Hz and on each message whose sender is not accounted for, and passes on
     only the source's messages. `on_event(dict)` publishes an event; `on_rogue()` makes the arm
-    hold (called once per latched fault)."""
+    hold (called once per latched fault). `interface` None: a gripper-only node (no arm topic)."""
 
-    def __init__(self, node, command_topics: dict[str, str], interface: str, source: str,
+    def __init__(self, node, command_topics: dict[str, str], interface: str | None, source: str,
                  on_event: Callable[[dict], None], on_rogue: Callable[[], None]):  # fmt: skip
-        used, ignored = interface_roles(interface)
+        used, ignored = interface_roles(interface) if interface is not None else (None, None)
         self.node, self.on_event, self.on_rogue = node, on_event, on_rogue
         self.command_topics = dict(command_topics)  # role -> topic as configured
-        self.obeyed = (used, *(["gripper"] if "gripper" in command_topics else []))
+        gripper = ["gripper"] if "gripper" in command_topics else []
+        self.obeyed = (used, *gripper) if used else tuple(gripper)
         resolved = {role: node.resolve_topic_name(t) for role, t in command_topics.items()}
         self.source = CommandSource(
-            resolve_source(source, node.get_namespace()), resolved, self.obeyed, (ignored,)
-        )
+            resolve_source(source, node.get_namespace()), resolved, self.obeyed,
+            (ignored,) if ignored else (),
+        )  # fmt: skip
         self._subscriptions = {}
         self._ignored = 0
         node.create_timer(GRAPH_CHECK_PERIOD_S, self.check)

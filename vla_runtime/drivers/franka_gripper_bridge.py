@@ -9,6 +9,11 @@ width, epsilon.inner/outer, speed, force) goals to `<action_namespace>/move` and
 `action_namespace` is /franka_gripper on current franka_ros2; releases up to 0.1.x named the
 node `<arm_id>_gripper` (e.g. /panda_gripper). Results and failures go to /vla/driver/events.
 
+Only `command_source` (the safety gate) commands the hand, as with the arm drivers
+(drivers/command_topics.py): any other publisher on the width topic latches `rogue_publisher`,
+no goal goes out until the operator recovers through /vla/driver/recover with a reason
+(`vla-runtime recover --reason TEXT`), and a rogue still publishing is a refusal.
+
 Where franka_msgs does not import, the node logs one error naming the package and how to get it,
 then keeps running and ignores the commands. Where the action servers are missing (franka_bringup's
 fake hardware has none; franka_gripper not started) it says so, throttled, and sends the pending
@@ -36,8 +41,10 @@ from vla_runtime.core import topics
 from vla_runtime.core.gripper import command_refusal
 from vla_runtime.core.gripper_intent import GripperGoal, GripperIntent, GripperIntentConfig
 from vla_runtime.core.robot import load_robot
+from vla_runtime.drivers.command_topics import CommandArbiter
 from vla_runtime.ros.diagnostics import ERROR, OK, WARN, Diagnostics
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.operator_service import reasoned_trigger
 from vla_runtime.ros.parameters import build, declare, joint_prefix_param, param
 from vla_runtime.ros.qos import with_liveliness
 from vla_runtime.ros.runtime import ThrottledLog, run_node
@@ -65,6 +72,9 @@ class FrankaGripperParams:
     command_topic: str = param("the gate's gripper widths; empty = /<the robot's gripper "
                                "controller>/commands", "")  # fmt: skip
     action_namespace: str = param("franka_gripper's: <namespace>/move, /grasp", "/franka_gripper")
+    command_source: str = param("the one node whose widths are obeyed (the safety gate), fully "
+                                "qualified; a relative name is resolved in the node's "
+                                "namespace", "/safety")  # fmt: skip
     close_below: float | None = param("m: grasp at or below; unset = 40 % of the robot's max "
                                       "gripper width", None, DOUBLE)  # fmt: skip
     open_above: float | None = param("m: open at or above; unset = 60 % of the robot's max "
@@ -99,7 +109,12 @@ class FrankaGripperBridge(RuntimeNode):
         self._event_pub = self.create_publisher(String, topics.DRIVER_EVENTS, with_liveliness(10))
         self.diagnostics = Diagnostics(self, self.namespace)
         self.diagnostics.add_check("gripper", self._health)
-        self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
+        self.arbiter = CommandArbiter(
+            self, {"gripper": self.command_topic}, None, params.command_source,
+            self._publish_event, self.intent.hold,
+        )  # fmt: skip
+        self.arbiter.subscribe("gripper", Float64MultiArray, self._on_command)
+        reasoned_trigger(self, topics.DRIVER_RECOVER, self._recover)
         if Move is None:
             self.actions = None
             message = MISSING_FRANKA_MSGS.format(topic=self.command_topic, namespace=self.namespace)
@@ -121,6 +136,10 @@ class FrankaGripperBridge(RuntimeNode):
         """ERROR without franka_msgs, WARN while an action server is missing or after a failed
         goal (until one succeeds)."""
         values = dict(self.counts)
+        rogue = self.arbiter.fault
+        if rogue is not None:
+            message = f"rogue_publisher {rogue['node']}: recover with {topics.DRIVER_RECOVER}"
+            return ERROR, message, values
         if self.actions is None:
             return ERROR, "franka_msgs missing: gripper commands are ignored", values
         missing = [name for name, client in self.actions.items() if not client.server_is_ready()]
@@ -144,7 +163,7 @@ class FrankaGripperBridge(RuntimeNode):
 
     def _send_due(self) -> None:
         goal = self.intent.due(time.monotonic())
-        if goal is None:
+        if goal is None or self.arbiter.fault is not None:
             return
         client = self.actions[goal.action]
         if not client.server_is_ready():
@@ -203,8 +222,20 @@ class FrankaGripperBridge(RuntimeNode):
         self.get_logger().warning(f"gripper {goal.action} (width {goal.width} m): {reason}")
         self._event("gripper_failed", action=goal.action, width=goal.width, reason=reason)
 
+    def _recover(self, reason: str) -> tuple[bool, str]:
+        """The operator's recovery of a rogue_publisher latch: refused while a rogue remains."""
+        fault, refusal = self.arbiter.fault, self.arbiter.clear()
+        if refusal is not None:
+            self._event("recovery_refused", why=refusal, reason=reason)
+            return False, f"recovery refused: {refusal}"
+        self._event("recovered", fault=fault and fault["fault"], reason=reason)
+        return True, "recovered; gripper widths from the command source are obeyed again"
+
     def _event(self, event: str, **fields) -> None:
-        fields.update(event=event, stamp=self.now_s())
+        self._publish_event({**fields, "event": event})
+
+    def _publish_event(self, fields: dict) -> None:
+        fields = {**fields, "stamp": self.now_s()}
         self._event_pub.publish(String(data=json.dumps(fields)))
 
 
