@@ -13,6 +13,7 @@ import os
 import sys
 
 from vla_runtime.core.help_text import CommandParser
+from vla_runtime.core.policy_checkpoint import LOCAL_BACKENDS
 from vla_runtime.stack.resolver import StackError, coerce_scalar, load_stack_file, resolve_stack
 
 
@@ -40,7 +41,7 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     notes: list[str] = list(stack.notes)  # the stack's own (e.g. arguments accepted as no-ops)
     engine = next((n for n in stack.nodes if n.name == "engine"), None)
-    if engine is not None and engine.parameters.get("backend") not in ("remote", "openpi", "ray"):
+    if engine is not None and engine.parameters.get("backend") in LOCAL_BACKENDS:
         if not engine.parameters.get("checkpoint"):
             if not any(n.name == "sim_driver" for n in stack.nodes):
                 print("error: policy:=true without checkpoint:=DIR would drive a real arm with "

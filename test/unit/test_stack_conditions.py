@@ -24,7 +24,8 @@ def test_franka_gripper_bridge_runs_only_on_the_franka_ros2_policy_path():
         return [n.parameters for n in nodes if n.name == "franka_gripper_bridge"]
 
     assert bridge(policy=True) == [{"use_sim_time": False, "robot": "fr3", "joint_prefix": "",
-                                    "action_namespace": "/franka_gripper"}]  # fmt: skip
+                                    "action_namespace": "/franka_gripper",
+                                    "command_source": "/safety"}]  # fmt: skip
     assert bridge() == []  # no policy, no gate gripper commands
     assert bridge(policy=True, use_sim=True) == []  # the sim driver takes them
     assert bridge(policy=True, direct=True, robot_ip="10.0.0.2") == []  # franky does

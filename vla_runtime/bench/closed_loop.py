@@ -26,7 +26,8 @@ from matplotlib.figure import Figure
 
 from vla_runtime.bench.progress import bench_bar
 from vla_runtime.core.paths import shipped_checkpoint
-from vla_runtime.data.evaluate import EVAL_SEED, checkpoint_image_size
+from vla_runtime.core.policy_checkpoint import checkpoint_image_size
+from vla_runtime.data.evaluate import EVAL_SEED
 from vla_runtime.data.stack_eval import eval_stack, read_episodes, summarise
 
 DELAYS = {

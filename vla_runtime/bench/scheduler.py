@@ -31,10 +31,10 @@ from vla_runtime.bench.engine import time_modes
 from vla_runtime.bench.progress import bench_bar
 from vla_runtime.core.compute_mode import FULL_COMPUTE, ComputeMode
 from vla_runtime.core.paths import config_dir, shipped_checkpoint
+from vla_runtime.core.policy_checkpoint import checkpoint_image_size
 from vla_runtime.core.scheduler import SchedulerConfig
 from vla_runtime.data import stack_eval
 from vla_runtime.data.eval_cli import EVAL_SEED
-from vla_runtime.data.evaluate import checkpoint_image_size
 from vla_runtime.engine.checkpoint import load_spec, random_checkpoint
 from vla_runtime.engine.torch_backend import TorchPolicy
 

@@ -39,12 +39,12 @@ from vla_runtime.core.ab_plan import (
 from vla_runtime.core.ab_stats import PairedSprt, rms_jerk
 from vla_runtime.core.operator_episodes import OperatorEpisodes
 from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.policy_checkpoint import checkpoint_image_size
 from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data import stack_eval
 from vla_runtime.data.ab_cli import REAL_STACKS, build_parser
 from vla_runtime.data.ab_operator import OperatorArm, OperatorConsole
 from vla_runtime.data.ab_summary import summarise_ab
-from vla_runtime.data.evaluate import checkpoint_image_size
 from vla_runtime.data.record import TopicRecorder
 from vla_runtime.data.rosbag2_bag import BagWriter
 from vla_runtime.engine.checkpoint import load_spec

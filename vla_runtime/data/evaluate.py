@@ -37,6 +37,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.policy_checkpoint import checkpoint_image_size
 from vla_runtime.core.stats import compute_cost
 from vla_runtime.data import stack_eval
 from vla_runtime.data.eval_cli import DEFAULT_EXECUTE, EVAL_SEED, build_parser
@@ -351,15 +352,6 @@ def eval_main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     return 0
-
-
-def checkpoint_image_size(checkpoint: str) -> int:
-    """The square image size the checkpoint's cameras were trained on."""
-    spec = json.loads((Path(checkpoint) / "spec.json").read_text())["spec"]
-    sizes = {(c["height"], c["width"]) for c in spec["cameras"]}
-    if len(sizes) != 1 or len({*next(iter(sizes))}) != 1:
-        raise ValueError(f"{checkpoint}: cameras of different or non-square sizes {sizes}")
-    return next(iter(sizes))[0]
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vla_runtime.core.policy_checkpoint import LOCAL_BACKENDS
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.built_engine import is_engine_dir, load_engine
 from vla_runtime.engine.checkpoint import load_checkpoint, policy_options, random_checkpoint
@@ -11,7 +12,7 @@ from vla_runtime.engine.policy import Policy, PolicyError
 from vla_runtime.engine.tensorrt_backend import load_tensorrt_policy
 from vla_runtime.engine.torch_backend import TorchPolicy
 
-BACKENDS = ("torch", "onnxruntime", "tensorrt")
+BACKENDS = LOCAL_BACKENDS
 
 
 def load_policy(

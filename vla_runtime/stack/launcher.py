@@ -163,9 +163,48 @@ def run_stack(
         signals=received,
         nodes=nodes,
     )
-    ok = died is None and all(n["clean"] for n in nodes.values())
+    failure = policy_failure(report)
+    if failure is not None:
+        report["policy_failure"] = failure
+    ok = died is None and all(n["clean"] for n in nodes.values()) and failure is None
     report["ok"] = ok
     return LaunchResult(0 if ok else 1, report)
+
+
+def _status(report: dict, topic: str, name: str) -> dict:
+    """The last values of diagnostics status `name` on `topic` (under any namespace)."""
+    for key, statuses in report.get("diagnostics", {}).items():
+        if key.endswith(topic) and name in statuses:
+            return statuses[name]
+    return {}
+
+
+def _count(values: dict, key: str) -> int:
+    try:
+        return int(float(values.get(key) or 0))
+    except ValueError:
+        return 0
+
+
+def policy_failure(report: dict) -> str | None:
+    """Why a run of the policy pipeline (engine and streamer) did nothing with the arm: no chunk
+    from the engine, or none of their actions executed. None when it drove the arm, or when the
+    stack ran no policy."""
+    if not {"engine", "streamer"} <= set(report.get("nodes", {})):
+        return None
+    engine = _status(report, "/vla/engine/stats", "engine")
+    published = _count(engine, "chunks_published")
+    if published == 0:
+        error = engine.get("last_error") or "it reported no error"
+        return f"the engine published no chunk ({error})"
+    streamer = _status(report, "/vla/streamer/stats", "streamer")
+    if _count(streamer, "executed_actions") == 0:
+        events = next((v for k, v in report.get("events", {}).items()
+                       if k.endswith("/vla/safety/events")), {})  # fmt: skip
+        verdicts = ", ".join(f"{k[6:]} {n}" for k, n in events.items() if k.startswith("chunk:"))
+        return (f"no action of the engine's {published} chunks was executed "
+                f"(safety verdicts: {verdicts or 'none'})")  # fmt: skip
+    return None
 
 
 # The stats values worth a line in the printed summary (all of them are in the JSON report).
@@ -207,6 +246,8 @@ def format_summary(report: dict) -> str:
     for topic, counts in sorted(report.get("events", {}).items()):
         shown = "  ".join(f"{kind}={n}" for kind, n in counts.items())
         lines.append(f"  {topic:<42} {shown}")
+    if report.get("policy_failure"):
+        lines.append(f"  policy: {report['policy_failure']}")
     for name, n in report["nodes"].items():
         state = "died" if n.get("died") else ("stopped cleanly" if n["clean"] else "unclean stop")
         lines.append(f"  node {name:<37} exit {n['exit_code']}  {state}")

@@ -52,6 +52,7 @@ from typing import Any
 import yaml
 
 from vla_runtime.core.paths import config_dir
+from vla_runtime.core.policy_checkpoint import POLICY_DEFAULT_REASONS, policy_arguments
 
 _ARG = re.compile(r"\$\(arg ([A-Za-z_][A-Za-z0-9_]*)\)")
 _COMPARE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=~)\s*(.*?)\s*")
@@ -334,14 +335,16 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         args[key] = substitute(args[key], args)
     for alias, target in aliases.items():
         args[alias] = args[target]
+    use_sim_time = parse_bool(substitute(raw.get("use_sim_time", False), args), "use_sim_time")
+    # Sim time means a simulated arm: the policy's checkpoint may then default to the shipped one.
+    decided = policy_arguments(args, given, simulated=use_sim_time)
+    args.update(decided)
     namespace = args[namespace_arg] if namespace_arg is not None else ""
     namespaced = {str(t) for t in substitute(namespace_spec.get("topics") or [], args) if t}
     stack_remaps = substitute(raw.get("remappings") or {}, args)
     notes = tuple(
         f"note: {entry['message']}" for entry in raw.get("notes") or [] if _selected(entry, args)
-    )
-
-    use_sim_time = parse_bool(substitute(raw.get("use_sim_time", False), args), "use_sim_time")
+    ) + tuple(f"note: {k}:={v} ({POLICY_DEFAULT_REASONS[k]})" for k, v in decided.items())
     nodes, seen = [], set()
     for i, entry in enumerate(raw["nodes"]):
         if not isinstance(entry, dict) or "name" not in entry or "executable" not in entry:
