@@ -40,6 +40,10 @@ Format::
       topics:                        # topics the run monitor measures
         - /joint_states
         - {topic: /a/commands, if: mode == fast}  # one measured under conditions, as a node
+
+A stack with the policy part (`policy`, `backend`, `checkpoint`, `image_size`) also takes what
+its checkpoint decides unless given (core/policy_checkpoint.py): with sim time, the robot's
+shipped checkpoint for an empty one, and the checkpoint's image size; each is printed as a note.
 """
 
 from __future__ import annotations
