@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+from vla_runtime.bench.faults import ROBOTS as FAULT_BENCH_ROBOTS
+from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.engine.policy import Observation
 from vla_runtime.engine.state_mapping import StateMapping
 from vla_runtime.testing.scripted_policy import SwayPolicy
@@ -31,9 +33,11 @@ def test_the_sway_moves_joints_1_and_6_only():
     np.testing.assert_allclose(quarter - policy.home, [0.15, 0, 0, 0, 0, 0.15, 0], atol=1e-12)
 
 
-@pytest.mark.parametrize("robot", ["fr3", "panda", "ur5e"])
+@pytest.mark.parametrize("robot", sorted(FAULT_BENCH_ROBOTS))
 def test_the_sway_is_a_policy_for_the_arm_it_sways(robot):
-    """The fault bench serves it to the engine of each arm, which refuses another arm's policy."""
+    """The fault bench serves it to the engine of each simulated arm, which refuses another
+    arm's policy."""
+    assert robot in SIMULATED_ROBOTS
     policy = SwayPolicy(image_size=32, robot=robot)
     StateMapping.for_robot(robot).check_spec(policy.spec, robot)
     with pytest.raises(ValueError, match="trained for robot"):

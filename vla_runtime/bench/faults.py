@@ -15,7 +15,7 @@ states dropped between driver and gate (the injector proxies both), the sim driv
 scripted policy hung or emitting NaN, the e-stop pressed (then reset through its Trigger service
 with a reason, as an operator would), a scene camera frozen with fresh stamps, and a second
 publisher on the driver's command topic (the driver latches it; recovered through its Trigger
-service with a reason). `--robot fr3|panda|ur5e` picks the simulated arm (ur5e: the ur stack
+service with a reason). `--robot fr3|ur5e` picks the simulated arm (ur5e: the ur stack
 with use_sim), `--command-interface` how the gate drives it.
 
 Per fault, from what a recorder node in this process saw:
@@ -119,8 +119,8 @@ ALL_FAULTS = (
 QUICK_FAULTS = ("drop_3", "delay_1000ms", "kill_streamer", "kill_safety")
 DETECTION_TARGET_MS = 100.0
 STOP_TARGET_MS = 300.0
-ROBOTS = {"fr3": ("sim", {}), "panda": ("sim", {"robot": "panda"}),
-          "ur5e": ("ur", {"use_sim": True})}  # fmt: skip
+# The simulated arms (core.robot.SIMULATED_ROBOTS; the simulator has no Panda model).
+ROBOTS = {"fr3": ("sim", {}), "ur5e": ("ur", {"use_sim": True})}
 COMMAND_INTERFACES = ("forward_position", "trajectory")
 DRIVER = "sim_driver"  # the sim driver's node in every robot's sim stack
 RAW_COMMAND = "/vla/fault/command_raw"  # where the streamer is remapped to publish
