@@ -133,8 +133,8 @@ class FrankaGripperBridge(RuntimeNode):
         )
 
     def _health(self):
-        """ERROR without franka_msgs, WARN while an action server is missing or after a failed
-        goal (until one succeeds)."""
+        """ERROR while a rogue publisher is latched or without franka_msgs, WARN while an action
+        server is missing or after a failed goal (until one succeeds)."""
         values = dict(self.counts)
         rogue = self.arbiter.fault
         if rogue is not None:
