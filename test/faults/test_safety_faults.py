@@ -141,7 +141,8 @@ def test_chunk_flood_every_chunk_accounted_for(node):
     # clip: a chunk whose check came so late that it starts late (re-timed; the arm held)
     counts = {v: sum(e["verdict"] == v for e in verdicts) for v in ("accept", "clip", "stale")}
     executable = counts["accept"] + counts["clip"]
-    assert executable + counts["stale"] == n and executable >= 1
+    others = [(e["verdict"], e.get("reasons")) for e in verdicts if e["verdict"] not in counts]
+    assert executable + counts["stale"] == n and executable >= 1, others
     assert all("re-timed" in e["reasons"][0] for e in verdicts if e["verdict"] == "clip")
     assert len(probe.checked) == executable
     print(f"flood of {n}: {counts}")
