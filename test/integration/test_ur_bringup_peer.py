@@ -125,7 +125,7 @@ def test_ur_direct_command_runs_against_the_peer(command, tmp_path):
     assert report_path.exists(), out[-6000:]  # the launcher refused the command
     report = json.loads(report_path.read_text())
     # A dry run's random weights move nothing: the report says so and fails, and nothing else.
-    refused_all = "no action of the engine's" in report.get("policy_failure", "")
+    refused_all = "let none of the engine's" in report.get("policy_failure", "")
     assert report["ok"] or (policy and refused_all), out[-6000:]
     assert proc.returncode == (0 if report["ok"] else 1), out[-6000:]
     assert all(node["clean"] for node in report["nodes"].values()), report["nodes"]

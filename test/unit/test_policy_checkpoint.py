@@ -49,13 +49,15 @@ def test_what_is_given_is_kept_and_a_real_arm_gets_no_policy_by_default(tmp_path
     assert policy_arguments(args, {"checkpoint"}, simulated=False) == {"image_size": 64}
 
 
-def report(published, executed, verdicts, last_error=""):
+def report(chunks, verdicts, last_error="", published_now=0):
+    """A run report: `chunks` on /vla/action_chunk over the run, the safety verdicts over the
+    run, and the engine's last stats (its counters restart with each episode)."""
     return {
         "nodes": {"engine": {}, "streamer": {}, "safety": {}},
+        "topics": {"/vla/action_chunk": {"count": chunks}},
         "diagnostics": {
-            "/vla/engine/stats": {"engine": {"chunks_published": str(published),
+            "/vla/engine/stats": {"engine": {"chunks_published": str(published_now),
                                              "last_error": last_error}},  # fmt: skip
-            "/vla/streamer/stats": {"streamer": {"executed_actions": str(executed)}},
         },
         "events": {"/vla/safety/events": {f"chunk:{k}": n for k, n in verdicts.items()}},
     }
@@ -63,19 +65,21 @@ def report(published, executed, verdicts, last_error=""):
 
 def test_a_policy_run_that_moved_nothing_is_a_failure_that_says_why():
     error = "input: camera 'wrist' frame rejected: 224x224 but the policy wants 96x96"
-    assert policy_failure(report(0, 0, {}, error)) == f"the engine published no chunk ({error})"
-    assert policy_failure(report(174, 0, {"veto": 174})) == (
-        "no action of the engine's 174 chunks was executed (safety verdicts: veto 174)"
+    assert policy_failure(report(0, {}, error)) == f"the engine published no chunk ({error})"
+    assert policy_failure(report(174, {"veto": 174})) == (
+        "the safety node let none of the engine's 174 chunks through (verdicts: veto 174)"
     )
-    assert policy_failure(report(20, 310, {"accept": 18, "veto": 2})) is None
+    # Judged over the run: a new episode's stats restart at 0 after chunks went through.
+    assert policy_failure(report(20, {"accept": 18, "veto": 2}, published_now=0)) is None
+    assert policy_failure(report(20, {"clip": 1, "veto": 19})) is None
     assert policy_failure({"nodes": {"sim_driver": {}}}) is None  # no policy in this stack
 
 
 def test_the_summary_names_the_policy_failure():
-    failed = {**report(0, 0, {}, "no image yet"), "stack": "sim", "duration_s": 20.0,
+    failed = {**report(0, {}, "no image yet"), "stack": "sim", "duration_s": 20.0,
               "clock": "sim", "wall_s": 25.0, "domain_id": 3, "ok": False,
               "policy_failure": "the engine published no chunk (no image yet)"}  # fmt: skip
-    failed["nodes"] = {}
+    failed["nodes"], failed["topics"] = {}, {}
     text = format_summary(failed)
     assert "FAILED" in text.splitlines()[0]
     assert "  policy: the engine published no chunk (no image yet)" in text

@@ -186,24 +186,32 @@ def _count(values: dict, key: str) -> int:
         return 0
 
 
+def _measured(report: dict, section: str, topic: str) -> dict | None:
+    """The report's `section` entry of `topic` (under any namespace), or None."""
+    return next((v for k, v in report.get(section, {}).items() if k.endswith(topic)), None)
+
+
 def policy_failure(report: dict) -> str | None:
-    """Why a run of the policy pipeline (engine and streamer) did nothing with the arm: no chunk
-    from the engine, or none of their actions executed. None when it drove the arm, or when the
-    stack ran no policy."""
+    """Why a run of the policy pipeline (engine and streamer) did nothing with the arm, judged
+    over the whole run (the stats counters restart with each episode): no chunk from the engine,
+    or none let through by the safety node. None when chunks went through, or when the stack ran
+    no policy."""
     if not {"engine", "streamer"} <= set(report.get("nodes", {})):
         return None
     engine = _status(report, "/vla/engine/stats", "engine")
-    published = _count(engine, "chunks_published")
+    chunks = _measured(report, "topics", "/vla/action_chunk")
+    published = chunks["count"] if chunks else _count(engine, "chunks_published")
     if published == 0:
         error = engine.get("last_error") or "it reported no error"
         return f"the engine published no chunk ({error})"
-    streamer = _status(report, "/vla/streamer/stats", "streamer")
-    if _count(streamer, "executed_actions") == 0:
-        events = next((v for k, v in report.get("events", {}).items()
-                       if k.endswith("/vla/safety/events")), {})  # fmt: skip
-        verdicts = ", ".join(f"{k[6:]} {n}" for k, n in events.items() if k.startswith("chunk:"))
-        return (f"no action of the engine's {published} chunks was executed "
-                f"(safety verdicts: {verdicts or 'none'})")  # fmt: skip
+    events = _measured(report, "events", "/vla/safety/events")
+    if events is None:  # the verdicts were not measured
+        return None
+    verdicts = {k[len("chunk:"):]: n for k, n in events.items() if k.startswith("chunk:")}
+    if verdicts.get("accept", 0) + verdicts.get("clip", 0) == 0:
+        shown = ", ".join(f"{k} {n}" for k, n in verdicts.items()) or "none"
+        return (f"the safety node let none of the engine's {published} chunks through "
+                f"(verdicts: {shown})")  # fmt: skip
     return None
 
 
