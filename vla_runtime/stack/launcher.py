@@ -171,14 +171,6 @@ def run_stack(
     return LaunchResult(0 if ok else 1, report)
 
 
-def _status(report: dict, topic: str, name: str) -> dict:
-    """The last values of diagnostics status `name` on `topic` (under any namespace)."""
-    for key, statuses in report.get("diagnostics", {}).items():
-        if key.endswith(topic) and name in statuses:
-            return statuses[name]
-    return {}
-
-
 def _count(values: dict, key: str) -> int:
     try:
         return int(float(values.get(key) or 0))
@@ -198,7 +190,7 @@ def policy_failure(report: dict) -> str | None:
     no policy."""
     if not {"engine", "streamer"} <= set(report.get("nodes", {})):
         return None
-    engine = _status(report, "/vla/engine/stats", "engine")
+    engine = (_measured(report, "diagnostics", "/vla/engine/stats") or {}).get("engine", {})
     chunks = _measured(report, "topics", "/vla/action_chunk")
     published = chunks["count"] if chunks else _count(engine, "chunks_published")
     if published == 0:
