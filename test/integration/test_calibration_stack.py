@@ -16,7 +16,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.calibration_files import StaticTransform, camera_info_yaml
 from vla_runtime.core.camera_calibration import CameraCalibration
 from vla_runtime.data.calibrate import sim_latency
-from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.qos import STATIC_TRANSFORM_LISTENER
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,9 @@ def test_camera_node_publishes_the_calibration_folder(rclpy_context, tmp_path):
     node.create_subscription(
         CameraInfo, topics.camera_info("front"), infos.append, qos_profile_sensor_data
     )
-    node.create_subscription(TFMessage, topics.TF_STATIC, transforms.append, LATCHED)
+    node.create_subscription(
+        TFMessage, topics.TF_STATIC, transforms.append, STATIC_TRANSFORM_LISTENER
+    )
     executor = SingleThreadedExecutor(context=rclpy_context)
     executor.add_node(node)
     proc = start_camera(tmp_path, "front", path=video, calibration_dir=folder)

@@ -15,7 +15,7 @@ from stack_probe import ARM, HOME, PROBE_COMMANDS, Probe, finish, start_launcher
 from tf2_msgs.msg import TFMessage
 
 from vla_runtime.core import topics
-from vla_runtime.ros.qos import LATCHED
+from vla_runtime.ros.qos import STATIC_TRANSFORM_LISTENER
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,9 @@ def test_launch_sim_moves_the_arm_reports_rates_and_stops_cleanly(tmp_path):
     try:
         probe = Probe(domain, commands=True)
         static = []
-        probe.node.create_subscription(TFMessage, topics.TF_STATIC, static.append, LATCHED)
+        probe.node.create_subscription(
+            TFMessage, topics.TF_STATIC, static.append, STATIC_TRANSFORM_LISTENER
+        )
         assert probe.wait(lambda: probe.q is not None, 60), "no /joint_states"
         assert np.allclose(probe.q, HOME, atol=0.02)
         # The cameras' calibrated poses (calibration/sim) reach tf2's topic.

@@ -16,6 +16,9 @@ def latched(depth: int = 1) -> QoSProfile:
 
 
 LATCHED = latched()
+# Every camera latches its own pose on /tf_static: a listener keeps them all, as tf2's does
+# (with depth 1, transforms arriving together from two publishers overwrite each other).
+STATIC_TRANSFORM_LISTENER = latched(100)
 # The sim scene's state: a stream where only the newest message matters (its subscribers').
 SCENE_STATE = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
 SCENE_STATE_PUBLISHER = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
