@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -183,15 +184,25 @@ def quiet_after(probe: DriverProbe, peer: URPeer, stream) -> int:
     return sent
 
 
-def test_a_protective_stop_ends_commanding_until_unlocked_and_recovered(peer, probe):
+@contextmanager
+def servoing(peer: URPeer, probe: DriverProbe, seconds: float, least: int):
+    """A forward-position driver on the peer, fed a wave for `seconds` (more than `least` servoJ
+    packages arrive); yields the wave's stream. The driver must then exit cleanly."""
     driver = start_driver(peer, "forward_position")
     try:
         wait(probe, lambda: probe.q is not None, 60, "/joint_states", driver)
         wait(probe, lambda: probe.events, 30, "the driver's publisher check", driver)
-
         stream = wave_stream(probe)
-        stream(2.0)
-        assert len(peer.servo_commands()) > 300
+        stream(seconds)
+        assert len(peer.servo_commands()) > least
+        yield stream
+    finally:
+        code, out = stop_process(driver)
+    assert code == 0, out[-3000:]
+
+
+def test_a_protective_stop_ends_commanding_until_unlocked_and_recovered(peer, probe):
+    with servoing(peer, probe, 2.0, 300) as stream:
         assert np.ptp([c.servo_target for c in peer.servo_commands()], axis=0).min() > 0.05
 
         peer.protective_stop()
@@ -243,21 +254,12 @@ def test_a_protective_stop_ends_commanding_until_unlocked_and_recovered(peer, pr
              5, "the accepted command")  # fmt: skip
         wait(probe, lambda: np.abs(peer.q - target).max() < 1e-3, 5, "the arm moving again")
         assert peer.unsupported == []
-    finally:
-        code, out = stop_process(driver)
-    assert code == 0, out[-3000:]
 
 
 def test_a_control_script_stopped_without_a_safety_stop_is_a_fault(peer, probe):
     """The program stopped from the dashboard (or the pendant): no safety bit changes, but servoJ
     no longer reaches the arm. The driver must say so and stop, not report "servoing"."""
-    driver = start_driver(peer, "forward_position")
-    try:
-        wait(probe, lambda: probe.q is not None, 60, "/joint_states", driver)
-        wait(probe, lambda: probe.events, 30, "the driver's publisher check", driver)
-        stream = wave_stream(probe)
-        stream(1.0)
-        assert len(peer.servo_commands()) > 200
+    with servoing(peer, probe, 1.0, 200) as stream:
         assert dashboard_command(peer.host, "stop") == "Stopped"
         wait(probe, lambda: any(e["event"] == "reflex" for e in probe.events), 5, "the reflex")
         reflex = next(e for e in probe.events if e["event"] == "reflex")
@@ -272,6 +274,3 @@ def test_a_control_script_stopped_without_a_safety_stop_is_a_fault(peer, probe):
         wait(probe, lambda: len([c for c in peer.servo_commands() if c.t > mark]) > 100, 10,
              "servoJ holding the measured pose again")  # fmt: skip
         assert not [e for e in probe.events if e["event"] == "reflex"], probe.events
-    finally:
-        code, out = stop_process(driver)
-    assert code == 0, out[-3000:]
