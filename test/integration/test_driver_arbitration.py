@@ -5,6 +5,8 @@ Real DDS, the real MuJoCo driver process."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from std_msgs.msg import Float64MultiArray
@@ -45,13 +47,27 @@ def events_of(probe: Probe, kind: str, topic: str) -> list[dict]:
     return [e for e in probe.events if e["event"] == kind and e.get("topic") == topic]
 
 
-def test_a_rogue_publisher_latches_a_fault_and_moves_nothing(rclpy_context, tmp_path):
+@contextmanager
+def driver_beside_a_rogue(rclpy_context, tmp_path):
+    """The sim driver (trajectory interface) commanded by the probe, and a second node; yields
+    (probe, rogue, log): `log` gets the driver's output once it exited cleanly."""
     proc = start_driver(tmp_path)
     probe = Probe(rclpy_context)
     rogue = Recorder("rogue_node", context=rclpy_context)
+    log: list[str] = []
     try:
         probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
         probe.connected(probe.trajectory)
+        yield probe, rogue, log
+    finally:
+        rogue.close()
+        probe.close()
+        log.append(stop_driver(proc))
+    assert proc.returncode == 0, log[0]
+
+
+def test_a_rogue_publisher_latches_a_fault_and_moves_nothing(rclpy_context, tmp_path):
+    with driver_beside_a_rogue(rclpy_context, tmp_path) as (probe, rogue, log):
         start = probe.arm
 
         # A second node streams a 1 rad step on joint 1 at the arm's command topic.
@@ -71,23 +87,13 @@ def test_a_rogue_publisher_latches_a_fault_and_moves_nothing(rclpy_context, tmp_
         assert not response.success and "rogue_node still publishing" in response.message
         probe.spin_sim(0.5)
         assert np.abs(probe.arm - start).max() < 1e-3
-    finally:
-        rogue.close()
-        probe.close()
-        output = stop_driver(proc)
-    assert proc.returncode == 0, output
-    assert "/rogue_node publishes on /fr3_arm_controller/joint_trajectory" in output
+    assert "/rogue_node publishes on /fr3_arm_controller/joint_trajectory" in log[0]
 
 
 def test_a_rogue_on_the_gripper_topic_holds_until_it_left_and_the_operator_recovers(
     rclpy_context, tmp_path
 ):
-    proc = start_driver(tmp_path)
-    probe = Probe(rclpy_context)
-    rogue = Recorder("rogue_node", context=rclpy_context)
-    try:
-        probe.spin_until(lambda: len(probe.states) > 0, "/joint_states")
-        probe.connected(probe.trajectory)
+    with driver_beside_a_rogue(rclpy_context, tmp_path) as (probe, rogue, _):
         start, opened = probe.arm, fingers(probe)
         assert opened > 0.075
         # The rogue closes the hand: it stays open, and the arm still.
@@ -114,11 +120,6 @@ def test_a_rogue_on_the_gripper_topic_holds_until_it_left_and_the_operator_recov
         assert response.success, response.message
         probe.send_trajectory(ARM, near, 0.3)
         probe.spin_until(lambda: np.abs(probe.arm - near).max() < 0.005, "the source's command")
-    finally:
-        rogue.close()
-        probe.close()
-        output = stop_driver(proc)
-    assert proc.returncode == 0, output
 
 
 def test_the_interface_not_configured_moves_nothing_and_is_reported(rclpy_context, tmp_path):
