@@ -146,6 +146,18 @@ CONTROL_SCRIPT_MARK = "RTDE Control Script"  # in the textmsg the script's main 
 POLYSCOPE_VERSION = "URSoftware 5.11.1.108318 (Nov 04 2021)"
 URCONTROL_VERSION = (5, 11, 1, 108318)
 SERIAL_NUMBER = "20185500001"
+# Dashboard commands whose reply does not depend on the controller's state.
+FIXED_DASHBOARD_REPLIES = {
+    "PolyscopeVersion": POLYSCOPE_VERSION,
+    "get serial number": SERIAL_NUMBER,
+    "get robot model": "UR5",
+    "is in remote control": "true",
+    "get loaded program": "No program loaded",
+    "close safety popup": "closing safety popup",
+    "close popup": "closing popup",
+    "restart safety": "Restarting safety",
+    "quit": "Disconnected",
+}
 UNLOCK_TOO_EARLY = (
     "Cannot unlock protective stop until 5s after occurrence. Always inspect cause of "
     "protective stop before unlocking"
@@ -673,14 +685,8 @@ class URPeer:
             running = self.program is not None
             stopped = self.safety_mode == SAFETY_PROTECTIVE_STOP
             safety = SAFETY_MODE_NAMES[self.safety_mode]
-            if command == "PolyscopeVersion":
-                return POLYSCOPE_VERSION
-            if command == "get serial number":
-                return SERIAL_NUMBER
-            if command == "get robot model":
-                return "UR5"
-            if command == "is in remote control":
-                return "true"
+            if command in FIXED_DASHBOARD_REPLIES:
+                return FIXED_DASHBOARD_REPLIES[command]
             if command == "robotmode":
                 return f"Robotmode: {ROBOT_MODES[self.robot_mode]}"
             if command == "safetystatus":
@@ -692,17 +698,11 @@ class URPeer:
                 return f"{state} {name or '<unnamed>'}"
             if command == "running":
                 return f"Program running: {'true' if running else 'false'}"
-            if command == "get loaded program":
-                return "No program loaded"
             if command == "unlock protective stop":
                 if stopped and time.monotonic() - self.stopped_at < self.unlock_delay_s:
                     return UNLOCK_TOO_EARLY
                 self.safety_mode, self.stopped_at = SAFETY_NORMAL, None
                 return "Protective stop releasing"
-            if command == "close safety popup":
-                return "closing safety popup"
-            if command == "close popup":
-                return "closing popup"
             if command == "power on":
                 if self.robot_mode == ROBOT_MODE_POWER_OFF:
                     self.robot_mode = ROBOT_MODE_IDLE
@@ -722,10 +722,6 @@ class URPeer:
                 return "Stopped"
             if command in ("play", "pause"):
                 return f"Failed to execute: {command}"  # no installation program is loaded
-            if command == "restart safety":
-                return "Restarting safety"
-            if command == "quit":
-                return "Disconnected"
             return f"could not understand: '{command}'"
 
 
