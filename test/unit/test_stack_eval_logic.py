@@ -12,6 +12,7 @@ from vla_runtime.core.injected_delay import InjectedDelay
 from vla_runtime.core.threads import default_threads, resolve_threads
 from vla_runtime.data.stack_eval import (
     EpisodeRecord,
+    StackHarness,
     collect_episode,
     failure_reason,
     first_times,
@@ -178,3 +179,21 @@ def test_episode_messages_give_their_start_or_none():
     assert episode_start('{"episode": 2, "seed": 7, "stamp": 12.5}') == 12.5
     for bad in ("", "{}", '{"stamp": "soon"}', '{"stamp": NaN}', "[1]", "not json"):
         assert episode_start(bad) is None
+
+
+def test_the_plot_keeps_50_hz_of_joint_states_between_100_hz_commands():
+    harness = StackHarness.__new__(StackHarness)  # the recording part only, no processes
+    harness.motion, harness._last_state_t, harness._arm = [], -np.inf, ["j1"]
+
+    def message(t: float) -> SimpleNamespace:
+        stamp = SimpleNamespace(sec=int(t), nanosec=round((t % 1) * 1e9))
+        return SimpleNamespace(header=SimpleNamespace(stamp=stamp), name=["j1"], position=[t])
+
+    for k in range(100):  # 1 s: states at 1 kHz, commands at 100 Hz
+        harness._on_motion("state", message(k * 0.01 + 0.001))
+        for i in range(2, 10):
+            harness._on_motion("state", message(k * 0.01 + 0.001 * i))
+        harness._on_motion("command", message(k * 0.01 + 0.005))
+    kinds = [kind for kind, _, _ in harness.motion]
+    assert kinds.count("command") == 100
+    assert 45 <= kinds.count("state") <= 51

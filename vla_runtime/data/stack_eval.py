@@ -20,6 +20,7 @@ on; `--resume` skips the seeds already in the file.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -259,6 +260,7 @@ class StackHarness:
         self.streamer_stats: list[tuple[float, dict]] = []
         self.scheduler_signals: list[tuple[float, dict]] = []
         self.motion: list[tuple[str, float, list]] = []  # ("state"|"command", t, arm)
+        self._last_state_t = -math.inf
         sub = self.node.create_subscription
         sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene, qos_profile_sensor_data)
         sub(String, topics.EPISODE, lambda m: self.episodes.append(json.loads(m.data)), latched)
@@ -304,8 +306,10 @@ class StackHarness:
 
     def _on_motion(self, kind: str, msg) -> None:
         t = to_seconds(msg.header.stamp)
-        if kind == "state" and self.motion and t - self.motion[-1][1] < 0.02:
-            return  # 50 Hz is plenty for a plot
+        if kind == "state":
+            if t - self._last_state_t < 0.02:
+                return  # 50 Hz of states is plenty for a plot (commands come at the gate's rate)
+            self._last_state_t = t
         index = {n: i for i, n in enumerate(msg.name)}
         if all(j in index for j in self._arm):
             self.motion.append((kind, t, [msg.position[index[j]] for j in self._arm]))
