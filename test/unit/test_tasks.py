@@ -241,3 +241,39 @@ def test_expert_taking_over_mid_task_resumes_instead_of_restarting(task, offset,
     assert sim.success()
     if first_phase:
         assert highest < start_z + 0.005  # never climbed back up on the way in
+
+
+@pytest.mark.parametrize("robot", ["fr3", "ur5e"])
+@pytest.mark.parametrize("task", TASKS)
+def test_the_expert_changes_speed_within_what_the_safety_node_plans(task, robot):
+    """A policy imitates its expert's accelerations: the expert's joint commands keep inside the
+    fraction of the robot's acceleration table the chunk check plans with (else the safety node
+    slows the policy's chunks down), and it still solves the task."""
+    from vla_runtime.core.robot import load_robot
+    from vla_runtime.core.safety.chunk_check import ChunkCheckConfig
+    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
+    from vla_runtime.sim.tasks import CONTROL_DT
+
+    planned = ChunkCheckConfig().limit_fraction * np.array(load_robot(robot).acceleration)
+    ratios = []
+    for seed in (3, 4):
+        sim = TaskSimulator(task, seed=seed, robot=robot)
+        expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model, robot))
+        names = (*sim.robot.joints, sim.robot.gripper_joints[0])
+        adr = sim.model.joint(sim.setup.target_body).qposadr[0]
+        commands = []
+        for _ in range(sim.setup.max_steps):
+            if sim.success():
+                break
+            q, width = expert.act(
+                sim.snapshot(), sim.arm_positions, sim.data.qpos[adr + 3 : adr + 7]
+            )
+            commands.append(q)
+            assert sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT]) is None
+            sim.step(50)
+        assert sim.success(), seed
+        acceleration = np.diff(np.array(commands), n=2, axis=0) / CONTROL_DT**2
+        ratios.append(np.abs(acceleration / planned).max(axis=1))
+    ratios = np.concatenate(ratios)
+    assert np.percentile(ratios, 99) <= 1.0, np.percentile(ratios, [95, 99, 100])
+    assert ratios.max() <= 2.5  # rare: the wrist turning for the yaw while the base turns

@@ -1,7 +1,8 @@
 """Scripted experts: Cartesian waypoints on the known scene state, numeric IK with MuJoCo.
 
 Each control step the expert moves its Cartesian setpoint (TCP position + gripper yaw, the
-gripper always pointing down) toward the current waypoint at a bounded speed, then solves
+gripper always pointing down) toward the current waypoint at a bounded speed and acceleration,
+braking to arrive at rest, then solves
 damped-least-squares IK (mj_jac at the TCP) from the previous joint command, so consecutive
 commands are close and smooth. Waypoints are recomputed from the scene every step, so the
 experts follow a cube that moves (pushed, sliding) instead of replaying a fixed plan.
@@ -33,6 +34,12 @@ CLOSED = 0.0
 TRANSIT_SPEED = 0.2  # m/s of the TCP setpoint (below the FR3 collaborative 0.25 m/s)
 FINE_SPEED = 0.08  # m/s for descents and pushing
 YAW_RATE = 1.5  # rad/s
+# The setpoint speeds up and slows down at most this fast (and stops at each waypoint), so the
+# joint commands stay inside the accelerations the safety node lets a chunk plan (70 % of the
+# robot's table: 3.5 rad/s^2 on the UR5e): a policy imitating an expert that changes speed
+# within one step asks for motions the safety node then slows down.
+ACCELERATION = 0.7  # m/s^2 of the TCP setpoint
+YAW_ACCELERATION = 2.0  # rad/s^2
 ARRIVED = 0.006  # m: a waypoint counts as reached
 HAND_AT = 0.003  # m of width: the fingers are at their command
 HAND_STILL = 0.0003  # m of width per control step: the fingers have stopped (on an object)
@@ -44,6 +51,14 @@ REACH_HEIGHT = 0.012
 # An expert taking over mid-task skips the approach from above within this lateral distance
 # of its target (open fingers clear a 4 cm cube by 2 cm a side).
 RESUME_LATERAL = 0.03
+
+
+def braking_speed(distance: float, acceleration: float) -> float:
+    """The speed from which `acceleration` stops in `distance`, stepped at CONTROL_DT: the
+    setpoint arrives at rest instead of overshooting."""
+    # v^2 = 2 a d, less half a step of travel at that speed (discrete steps brake late).
+    return max(math.sqrt(2.0 * acceleration * distance + (acceleration * CONTROL_DT / 2) ** 2)
+               - acceleration * CONTROL_DT / 2, 0.0)  # fmt: skip
 
 
 def hand_rotation(yaw: float) -> np.ndarray:
@@ -134,6 +149,8 @@ class ScriptedExpert:
         self.q_cmd: np.ndarray | None = None
         self.pos_cmd = np.zeros(3)
         self.yaw_cmd = 0.0
+        self.velocity = np.zeros(3)  # of the TCP setpoint, m/s
+        self.yaw_velocity = 0.0  # rad/s
         self._previous_cube: np.ndarray | None = None
         self._frozen: list[Waypoint] | None = None
         self._width: float | None = None  # the gripper width one step ago
@@ -247,13 +264,20 @@ class ScriptedExpert:
         self._width = width
         point = self._advance(self.plan(state, cube_quat), width)
         self._previous_cube = state.cubes[self.setup.target].copy()
-        step = point.position - self.pos_cmd
-        if not self._hand_ready(point, width):
-            step = np.zeros(3)  # the hand first
-        limit = point.speed * CONTROL_DT
-        norm = float(np.linalg.norm(step))
-        self.pos_cmd = self.pos_cmd + (step if norm <= limit else step * (limit / norm))
+        target = point.position if self._hand_ready(point, width) else self.pos_cmd  # hand first
+        step = target - self.pos_cmd
+        distance = float(np.linalg.norm(step))
+        speed = min(point.speed, braking_speed(distance, ACCELERATION))
+        wanted = step * (speed / distance) if distance > 1e-9 else np.zeros(3)
+        change = wanted - self.velocity
+        most = ACCELERATION * CONTROL_DT
+        norm = float(np.linalg.norm(change))
+        self.velocity = self.velocity + (change if norm <= most else change * (most / norm))
+        self.pos_cmd = self.pos_cmd + self.velocity * CONTROL_DT
         dyaw = (point.yaw - self.yaw_cmd + math.pi) % (2 * math.pi) - math.pi
-        self.yaw_cmd += float(np.clip(dyaw, -YAW_RATE * CONTROL_DT, YAW_RATE * CONTROL_DT))
+        wanted_yaw = math.copysign(min(YAW_RATE, braking_speed(abs(dyaw), YAW_ACCELERATION)), dyaw)
+        most = YAW_ACCELERATION * CONTROL_DT
+        self.yaw_velocity += float(np.clip(wanted_yaw - self.yaw_velocity, -most, most))
+        self.yaw_cmd += self.yaw_velocity * CONTROL_DT
         self.q_cmd = self.kin.solve(self.q_cmd, self.pos_cmd, hand_rotation(self.yaw_cmd))
         return self.q_cmd.copy(), float(point.gripper)
