@@ -56,8 +56,9 @@ def report(chunks, verdicts, last_error="", published_now=0):
         "nodes": {"engine": {}, "streamer": {}, "safety": {}},
         "topics": {"/vla/action_chunk": {"count": chunks}},
         "diagnostics": {
-            "/vla/engine/stats": {"engine": {"chunks_published": str(published_now),
-                                             "last_error": last_error}},  # fmt: skip
+            "/vla/engine/stats": {
+                "engine": {"chunks_published": str(published_now), "last_error": last_error}
+            },  # fmt: skip
         },
         "events": {"/vla/safety/events": {f"chunk:{k}": n for k, n in verdicts.items()}},
     }

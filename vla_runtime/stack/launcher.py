@@ -199,7 +199,7 @@ def policy_failure(report: dict) -> str | None:
     events = _measured(report, "events", "/vla/safety/events")
     if events is None:  # the verdicts were not measured
         return None
-    verdicts = {k[len("chunk:"):]: n for k, n in events.items() if k.startswith("chunk:")}
+    verdicts = {k[len("chunk:") :]: n for k, n in events.items() if k.startswith("chunk:")}
     if verdicts.get("accept", 0) + verdicts.get("clip", 0) == 0:
         shown = ", ".join(f"{k} {n}" for k, n in verdicts.items()) or "none"
         return (f"the safety node let none of the engine's {published} chunks through "
