@@ -1,5 +1,5 @@
-"""Observation assembly: the newest frame per camera and joint state, refused while missing,
-stale or from before the episode."""
+"""Observation assembly: the newest frame per camera and the joint state measured when it was
+captured, refused while missing, stale or from before the episode."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pytest
 from vla_runtime.engine.observation import (
     Frame,
     Inputs,
+    JointHistory,
     JointSample,
     ObservationAssembler,
     camera_topics,
     check_frame_size,
+    state_at,
 )
 from vla_runtime.engine.policy import CameraSpec, PolicySpec
 from vla_runtime.engine.state_mapping import StateMapping, SyncError
@@ -93,3 +95,49 @@ def test_a_frame_of_another_size_is_refused():
     check_frame_size(SPEC.cameras[0], image(0))
     with pytest.raises(ValueError, match="3x4 but the policy wants 3x2"):
         check_frame_size(SPEC.cameras[0], np.zeros((4, 3, 3), np.uint8))
+
+
+def moving_joints(stamp: float) -> JointSample:
+    """j1 moves at 1 rad/s, the fingers and j2 stand still."""
+    return JointSample(["f2", "j2", "j1", "f1"], [0.01, 2.0, stamp, 0.03], stamp)
+
+
+def test_the_state_is_the_one_measured_when_the_newest_image_was_captured():
+    history = tuple(moving_joints(9.8 + 0.01 * k) for k in range(16))  # 9.80 .. 9.95
+    frames = {"scene": Frame(image(1), 9.873), "wrist": Frame(image(2), 9.8)}
+    given = Inputs(frames, history[-1], "wipe", -math.inf, history)
+    assembled = ASSEMBLER.assemble(given, now=10.0)
+    # interpolated at the scene frame's capture, not the newest state's 9.95
+    np.testing.assert_allclose(assembled.observation.state, [9.873, 2.0, 0.04])
+    assert assembled.ages["state"] == pytest.approx(0.05)  # the newest state stays the fresh one
+
+
+def test_an_image_newer_than_every_state_takes_the_newest_and_the_old_episode_is_not_used():
+    history = tuple(moving_joints(t) for t in (9.80, 9.90, 9.95))
+    frames = {"scene": Frame(image(1), 9.97), "wrist": Frame(image(2), 9.97)}
+    newest = ASSEMBLER.assemble(Inputs(frames, history[-1], "w", -math.inf, history), 10.0)
+    np.testing.assert_allclose(newest.observation.state, [9.95, 2.0, 0.04])
+    # a frame captured between a state of the previous episode and one of this: this one's
+    frames = {"scene": Frame(image(1), 9.93), "wrist": Frame(image(2), 9.93)}
+    started = ASSEMBLER.assemble(Inputs(frames, history[-1], "w", 9.92, history), 10.0)
+    np.testing.assert_allclose(started.observation.state, [9.95, 2.0, 0.04])
+
+
+def test_state_at_interpolates_only_between_samples_of_the_same_joints():
+    a, b = JointSample(["j1"], [0.0], 1.0), JointSample(["j1"], [1.0], 2.0)
+    assert state_at((a, b), 1.25).positions == pytest.approx([0.25])
+    assert state_at((a, b), 0.5) is a and state_at((a, b), 3.0) is b
+    renamed = JointSample(["j9"], [5.0], 2.0)
+    assert state_at((a, renamed), 1.5) is renamed
+    assert state_at((), 1.0) is None
+
+
+def test_the_history_keeps_its_span_and_starts_afresh_when_the_clock_jumps_back():
+    history = JointHistory(span_s=0.5)
+    for k in range(101):  # 1 s at 100 Hz
+        history.add(moving_joints(10.0 + 0.01 * k))
+    stamps = [s.stamp for s in history.samples()]
+    assert stamps[0] == pytest.approx(10.5) and stamps[-1] == pytest.approx(11.0)
+    assert len(stamps) == 51
+    history.add(moving_joints(3.0))
+    assert [s.stamp for s in history.samples()] == [3.0] and history.newest.stamp == 3.0

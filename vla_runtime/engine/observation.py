@@ -1,8 +1,17 @@
-"""The observation a policy gets: the newest frame of each of its cameras and the newest joint
-state, refused (`SyncError`) while one is missing, stale or from before the current episode."""
+"""The observation a policy gets: the newest frame of each of its cameras and the joint state
+measured when the newest frame was captured, refused (`SyncError`) while one is missing, stale
+or from before the current episode.
+
+The policy learnt from states and images taken at the same instant, and its joint deltas are
+added to the state it was given. The newest joint state is up to a camera period newer than the
+newest image: pairing the two shifts every target by the distance moved in between, in the
+direction of motion. So the state is interpolated at the image's capture time from a short
+history (`JOINT_HISTORY_S`)."""
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,14 +37,59 @@ class JointSample:
     stamp: float  # s: the message's stamp, or when an unstamped one was received
 
 
+class JointHistory:
+    """The joint states of the last `span_s` seconds (a camera period and the time a frame waits
+    for inference fit in it), oldest first. A state older than the newest (the clock jumped
+    back: a restarted simulator, a replayed log) starts it afresh."""
+
+    def __init__(self, span_s: float = 0.5):
+        self.span_s = span_s
+        self._samples: deque[JointSample] = deque()
+
+    @property
+    def newest(self) -> JointSample | None:
+        return self._samples[-1] if self._samples else None
+
+    def add(self, sample: JointSample) -> None:
+        samples = self._samples
+        if samples and sample.stamp < samples[-1].stamp:
+            samples.clear()
+        samples.append(sample)
+        while sample.stamp - samples[0].stamp > self.span_s:
+            samples.popleft()
+
+    def samples(self) -> tuple[JointSample, ...]:
+        return tuple(self._samples)
+
+
 @dataclass(frozen=True)
 class Inputs:
     """The newest of everything an observation is made of, taken together."""
 
     frames: dict[str, Frame]  # by policy camera name
-    joint_state: JointSample | None
+    joint_state: JointSample | None  # the newest
     instruction: str
     episode_start: float  # frames and states before it show the previous episode's scene
+    joint_history: tuple[JointSample, ...] = ()  # recent states, oldest first, newest included
+
+
+def state_at(history: Sequence[JointSample], t: float) -> JointSample | None:
+    """The joint state at time `t`, interpolated between the two samples around it (which must
+    name the same joints); the nearest end outside the history; None for an empty history."""
+    if not history:
+        return None
+    if t >= history[-1].stamp:
+        return history[-1]
+    if t <= history[0].stamp:
+        return history[0]
+    stamps = [s.stamp for s in history]
+    after = bisect.bisect_right(stamps, t)
+    a, b = history[after - 1], history[after]
+    if list(a.names) != list(b.names) or b.stamp <= a.stamp:
+        return b
+    w = (t - a.stamp) / (b.stamp - a.stamp)
+    positions = (1.0 - w) * np.asarray(a.positions, float) + w * np.asarray(b.positions, float)
+    return JointSample(b.names, positions.tolist(), t)
 
 
 @dataclass(frozen=True)
@@ -100,8 +154,10 @@ class ObservationAssembler:
             raise SyncError(
                 f"stale joint state: {ages['state']:.3f} s old (max {self.max_state_age_s} s)"
             )
-        state = self.mapping.state_from(joint_state.names, joint_state.positions)
         newest = max(frames.values(), key=lambda f: f.stamp)
+        this_episode = [s for s in inputs.joint_history if s.stamp >= inputs.episode_start]
+        measured = state_at(this_episode, newest.stamp) or joint_state
+        state = self.mapping.state_from(measured.names, measured.positions)
         observation = Observation(
             images={c.name: frames[c.name].image for c in cameras},
             state=state,

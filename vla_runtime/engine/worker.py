@@ -13,7 +13,7 @@ from collections.abc import Callable
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.overdue import DurationWatch
 from vla_runtime.engine.inference import ChunkInference, Inference, InferenceFailure
-from vla_runtime.engine.observation import Frame, Inputs, JointSample
+from vla_runtime.engine.observation import Frame, Inputs, JointHistory, JointSample
 from vla_runtime.engine.trigger import InferenceRequest, InferenceTrigger
 
 
@@ -40,7 +40,7 @@ class InferenceWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._frames: dict[str, Frame] = {}
-        self._joint_state: JointSample | None = None
+        self._joint_states = JointHistory()
         self._instruction = instruction
         self._episode_start = -math.inf
         self._thread = threading.Thread(target=self._work, name="engine-infer", daemon=True)
@@ -66,7 +66,7 @@ class InferenceWorker:
 
     def set_joint_state(self, sample: JointSample) -> None:
         with self._lock:
-            self._joint_state = sample
+            self._joint_states.add(sample)
 
     def set_instruction(self, instruction: str) -> None:
         with self._lock:
@@ -120,7 +120,11 @@ class InferenceWorker:
         now = self._now()
         with self._lock:
             inputs = Inputs(
-                dict(self._frames), self._joint_state, self._instruction, self._episode_start
+                dict(self._frames),
+                self._joint_states.newest,
+                self._instruction,
+                self._episode_start,
+                self._joint_states.samples(),
             )
         started = time.monotonic()
         self.in_flight = (request.request_id if request is not None else "", started)
