@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vla_runtime.data.expert_recording import ExpertRecorder
 from vla_runtime.data.experts import ArmKinematics, hand_rotation
 from vla_runtime.data.recovery import SimCheckpoint, expert_branch
 from vla_runtime.sim.env import CommandRefused, InProcessEnv
@@ -80,5 +81,27 @@ def test_a_refused_expert_command_ends_the_branch_before_it():
         calls.clear()
         calls.extend([None] * 3)  # the very first command refused: nothing to keep
         assert expert_branch(env, frame, reader, steps=10) is None
+    finally:
+        env.close()
+
+
+def test_an_expert_taking_over_a_held_cube_keeps_the_grip_and_lifts_it():
+    env = InProcessEnv("pick", image_size=32, robot="ur5e")
+    try:
+        frame = env.reset(seed=3)
+        reader = SceneReader(env.model, scene_colours())
+        expert = ExpertRecorder(env, reader)
+        rest = reader.snapshot(frame.qpos).cubes[env.setup.target][2]
+        for _ in range(env.setup.max_steps):  # the expert grasps and starts lifting
+            frame, _ = expert.step(frame)
+            if reader.snapshot(frame.qpos).cubes[env.setup.target][2] > rest + 0.02:
+                break
+        else:
+            raise AssertionError("the expert never lifted the cube")
+        # A fresh expert takes over 2 cm up, as a recovery branch does from a policy's grasp.
+        branch = expert_branch(env, frame, reader, steps=40)
+        widths = branch.action[:, -1]
+        assert widths.max() < 0.01  # never opens the hand on the cube it holds
+        assert branch.success
     finally:
         env.close()

@@ -23,6 +23,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
     HALF,
+    HELD_RADIUS,
     ZONE_CENTRE,
     EpisodeSetup,
     SceneSnapshot,
@@ -51,6 +52,7 @@ REACH_HEIGHT = 0.012
 # An expert taking over mid-task skips the approach from above within this lateral distance
 # of its target (open fingers clear a 4 cm cube by 2 cm a side).
 RESUME_LATERAL = 0.03
+HELD_LIFT = 0.01  # m: a cube this far above its resting height, near the TCP, is being held
 
 
 def braking_speed(distance: float, acceleration: float) -> float:
@@ -216,6 +218,14 @@ class ScriptedExpert:
             lateral = np.linalg.norm(tcp[:2] - aim[:2])
             return int(lateral < RESUME_LATERAL and tcp[2] < plan[0].position[2] + 0.01)
         if task == "pick":
+            cube = state.cubes[self.setup.target]
+            if cube[2] > HALF + HELD_LIFT and np.linalg.norm(state.tcp - cube) <= HELD_RADIUS:
+                # Already holding it off the table: keep the grip and lift on from here.
+                # Restarting the approach would open the hand and teach a policy to let go.
+                lift = plan[3]
+                up = np.array([tcp[0], tcp[1], lift.position[2]])
+                self._frozen = [*plan[:3], Waypoint(up, self.yaw_cmd, lift.speed, lift.gripper)]
+                return 3
             grasp = plan[1].position
             lateral = np.linalg.norm(tcp[:2] - grasp[:2])
             if lateral > RESUME_LATERAL / 2 or tcp[2] > plan[0].position[2] + 0.01:
