@@ -6,7 +6,7 @@ The policy learnt from states and images taken at the same instant, and its join
 added to the state it was given. The newest joint state is up to a camera period newer than the
 newest image: pairing the two shifts every target by the distance moved in between, in the
 direction of motion. So the state is interpolated at the image's capture time from a short
-history (`JOINT_HISTORY_S`)."""
+history (`JointHistory`)."""
 
 from __future__ import annotations
 
@@ -39,12 +39,13 @@ class JointSample:
 
 class JointHistory:
     """The joint states of the last `span_s` seconds (a camera period and the time a frame waits
-    for inference fit in it), oldest first. A state older than the newest (the clock jumped
-    back: a restarted simulator, a replayed log) starts it afresh."""
+    for inference fit in it), oldest first, at most `max_samples` of them (states repeating one
+    stamp, from a paused clock, must not grow it). A state older than the newest (the clock
+    jumped back: a restarted simulator, a replayed log) starts it afresh."""
 
-    def __init__(self, span_s: float = 0.5):
+    def __init__(self, span_s: float = 0.5, max_samples: int = 1000):
         self.span_s = span_s
-        self._samples: deque[JointSample] = deque()
+        self._samples: deque[JointSample] = deque(maxlen=max_samples)
 
     @property
     def newest(self) -> JointSample | None:
