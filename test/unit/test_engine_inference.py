@@ -30,7 +30,7 @@ MAPPING = StateMapping(("j1", "j2"), ("f1", "f2"), "sum")
 ASSEMBLER = ObservationAssembler(SPEC, ["scene"], MAPPING, 0.5, 0.5)
 INPUTS = Inputs(
     {"scene": Frame(np.zeros((2, 3, 3), np.uint8), 9.9, "capture")},
-    JointSample(["j1", "j2", "f1", "f2"], [1.0, 2.0, 0.01, 0.01], 9.95),
+    (JointSample(["j1", "j2", "f1", "f2"], [1.0, 2.0, 0.01, 0.01], 9.95),),
     "wipe",
     -math.inf,
 )

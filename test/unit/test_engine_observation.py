@@ -44,9 +44,9 @@ def joints(stamp: float) -> JointSample:
 def inputs(frames=None, joint_state=..., episode_start=-math.inf) -> Inputs:
     if frames is None:
         frames = {"scene": Frame(image(1), 9.9, "s"), "wrist": Frame(image(2), 9.8, "w")}
-    return Inputs(
-        frames, joints(9.95) if joint_state is ... else joint_state, "wipe", episode_start
-    )
+    joint_state = joints(9.95) if joint_state is ... else joint_state
+    states = () if joint_state is None else (joint_state,)
+    return Inputs(frames, states, "wipe", episode_start)
 
 
 def test_the_observation_holds_every_camera_the_state_and_the_newest_capture():
@@ -105,7 +105,7 @@ def moving_joints(stamp: float) -> JointSample:
 def test_the_state_is_the_one_measured_when_the_newest_image_was_captured():
     history = tuple(moving_joints(9.8 + 0.01 * k) for k in range(16))  # 9.80 .. 9.95
     frames = {"scene": Frame(image(1), 9.873), "wrist": Frame(image(2), 9.8)}
-    given = Inputs(frames, history[-1], "wipe", -math.inf, history)
+    given = Inputs(frames, history, "wipe", -math.inf)
     assembled = ASSEMBLER.assemble(given, now=10.0)
     # interpolated at the scene frame's capture, not the newest state's 9.95
     np.testing.assert_allclose(assembled.observation.state, [9.873, 2.0, 0.04])
@@ -115,11 +115,11 @@ def test_the_state_is_the_one_measured_when_the_newest_image_was_captured():
 def test_an_image_newer_than_every_state_takes_the_newest_and_the_old_episode_is_not_used():
     history = tuple(moving_joints(t) for t in (9.80, 9.90, 9.95))
     frames = {"scene": Frame(image(1), 9.97), "wrist": Frame(image(2), 9.97)}
-    newest = ASSEMBLER.assemble(Inputs(frames, history[-1], "w", -math.inf, history), 10.0)
+    newest = ASSEMBLER.assemble(Inputs(frames, history, "w", -math.inf), 10.0)
     np.testing.assert_allclose(newest.observation.state, [9.95, 2.0, 0.04])
     # a frame captured between a state of the previous episode and one of this: this one's
     frames = {"scene": Frame(image(1), 9.93), "wrist": Frame(image(2), 9.93)}
-    started = ASSEMBLER.assemble(Inputs(frames, history[-1], "w", 9.92, history), 10.0)
+    started = ASSEMBLER.assemble(Inputs(frames, history, "w", 9.92), 10.0)
     np.testing.assert_allclose(started.observation.state, [9.95, 2.0, 0.04])
 
 
@@ -140,7 +140,7 @@ def test_the_history_keeps_its_span_its_bound_and_starts_afresh_when_the_clock_j
     assert stamps[0] == pytest.approx(10.5) and stamps[-1] == pytest.approx(11.0)
     assert len(stamps) == 51
     history.add(moving_joints(3.0))
-    assert [s.stamp for s in history.samples()] == [3.0] and history.newest.stamp == 3.0
+    assert [s.stamp for s in history.samples()] == [3.0] and history.samples()[-1].stamp == 3.0
     for _ in range(5000):  # a paused clock: one stamp over and over
         history.add(moving_joints(3.0))
     assert len(history.samples()) == 1000

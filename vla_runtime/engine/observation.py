@@ -47,10 +47,6 @@ class JointHistory:
         self.span_s = span_s
         self._samples: deque[JointSample] = deque(maxlen=max_samples)
 
-    @property
-    def newest(self) -> JointSample | None:
-        return self._samples[-1] if self._samples else None
-
     def add(self, sample: JointSample) -> None:
         samples = self._samples
         if samples and sample.stamp < samples[-1].stamp:
@@ -68,10 +64,14 @@ class Inputs:
     """The newest of everything an observation is made of, taken together."""
 
     frames: dict[str, Frame]  # by policy camera name
-    joint_state: JointSample | None  # the newest
+    joint_states: tuple[JointSample, ...]  # the recent ones, oldest first (`JointHistory`)
     instruction: str
     episode_start: float  # frames and states before it show the previous episode's scene
-    joint_history: tuple[JointSample, ...] = ()  # recent states, oldest first, newest included
+
+    @property
+    def joint_state(self) -> JointSample | None:
+        """The newest."""
+        return self.joint_states[-1] if self.joint_states else None
 
 
 def state_at(history: Sequence[JointSample], t: float) -> JointSample | None:
@@ -156,8 +156,8 @@ class ObservationAssembler:
                 f"stale joint state: {ages['state']:.3f} s old (max {self.max_state_age_s} s)"
             )
         newest = max(frames.values(), key=lambda f: f.stamp)
-        this_episode = [s for s in inputs.joint_history if s.stamp >= inputs.episode_start]
-        measured = state_at(this_episode, newest.stamp) or joint_state
+        this_episode = [s for s in inputs.joint_states if s.stamp >= inputs.episode_start]
+        measured = state_at(this_episode, newest.stamp)
         state = self.mapping.state_from(measured.names, measured.positions)
         observation = Observation(
             images={c.name: frames[c.name].image for c in cameras},

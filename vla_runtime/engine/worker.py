@@ -121,10 +121,9 @@ class InferenceWorker:
         with self._lock:
             inputs = Inputs(
                 dict(self._frames),
-                self._joint_states.newest,
+                self._joint_states.samples(),
                 self._instruction,
                 self._episode_start,
-                self._joint_states.samples(),
             )
         started = time.monotonic()
         self.in_flight = (request.request_id if request is not None else "", started)
