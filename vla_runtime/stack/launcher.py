@@ -193,13 +193,16 @@ def policy_failure(report: dict) -> str | None:
     engine = (_measured(report, "diagnostics", "/vla/engine/stats") or {}).get("engine", {})
     chunks = _measured(report, "topics", "/vla/action_chunk")
     published = chunks["count"] if chunks else _count(engine, "chunks_published")
+    events = _measured(report, "events", "/vla/safety/events")
+    verdicts = {k[len("chunk:") :]: n for k, n in (events or {}).items() if k.startswith("chunk:")}
+    # A chunk the safety node judged was published, whether or not the run's own subscription
+    # (which starts with the run and may miss a short run's first chunks) counted it.
+    published = max(published, sum(verdicts.values()))
     if published == 0:
         error = engine.get("last_error") or "it reported no error"
         return f"the engine published no chunk ({error})"
-    events = _measured(report, "events", "/vla/safety/events")
     if events is None:  # the verdicts were not measured
         return None
-    verdicts = {k[len("chunk:") :]: n for k, n in events.items() if k.startswith("chunk:")}
     if verdicts.get("accept", 0) + verdicts.get("clip", 0) == 0:
         shown = ", ".join(f"{k} {n}" for k, n in verdicts.items()) or "none"
         return (f"the safety node let none of the engine's {published} chunks through "
