@@ -122,6 +122,45 @@ def test_counts_and_rates_in_wall_and_sim_time(rclpy_context):
 
 
 @pytest.mark.integration
+def test_stamped_messages_are_rated_on_their_stamps(rclpy_context):
+    """/clock arrives in coarse steps (as on a loaded host): receipt times bunch up and would
+    read a rate above the publisher's; the stamps give it exactly."""
+    import rclpy
+    from rclpy.time import Time
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import JointState
+
+    talker = rclpy.create_node("stamped_talker", context=rclpy_context)
+    state_pub = talker.create_publisher(JointState, "/test/stamped", 100)
+    clock_pub = talker.create_publisher(Clock, topics.CLOCK, 10)
+    monitor = RunMonitor(
+        ["/test/stamped"], context=rclpy_context, use_sim_time=True, node_name="monitor_stamped"
+    )
+    n, period_ns, clock_every = 100, 10_000_000, 10  # 100 Hz of sim time, /clock at 10 Hz
+    try:
+        with Spinner(rclpy_context, [monitor]):
+            wait_for(lambda: state_pub.get_subscription_count() >= 1, 30, "the monitor")
+            wait_for(lambda: clock_pub.get_subscription_count() >= 1, 30, "the sim time source")
+            for k in range(n):
+                sim_ns = 1_000_000_000 + k * period_ns
+                if k % clock_every == 0:
+                    clock = Clock()
+                    clock.clock = Time(nanoseconds=sim_ns).to_msg()
+                    clock_pub.publish(clock)
+                state = JointState(name=["j"], position=[0.0])
+                state.header.stamp = Time(nanoseconds=sim_ns).to_msg()
+                state_pub.publish(state)
+                time.sleep(0.01)
+            wait_until_settled(monitor, "/test/stamped", n)
+            stamped = monitor.report()["topics"]["/test/stamped"]
+    finally:
+        monitor.destroy_node()
+        talker.destroy_node()
+    assert stamped["count"] == n
+    assert stamped["rate_hz"] == pytest.approx(100.0, rel=1e-6)
+
+
+@pytest.mark.integration
 def test_camera_latency_from_image_stamps(rclpy_context):
     import rclpy
     from rclpy.time import Time

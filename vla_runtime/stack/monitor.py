@@ -5,8 +5,10 @@ and spins it next to its other work. Callbacks take raw (serialized) messages an
 constant work, so a 250 Hz topic plus camera streams cost little; for images only the header
 stamp is read out of the CDR bytes, the pixels are never deserialized.
 
-Rates are measured twice: `rate_hz` in the node's clock (sim time with use_sim_time, which is
-what the stack's contracts are written in) and `wall_rate_hz` on the monotonic clock.
+Rates are measured twice: `rate_hz` in ROS time (sim time with use_sim_time, which is what the
+stack's contracts are written in) and `wall_rate_hz` on the monotonic clock. For a message with
+a header `rate_hz` runs on its stamps: receipt times in sim time bunch up whenever /clock or the
+topic is delivered late, and would read more than the publisher's rate.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ def header_stamp_ns(serialized: bytes) -> int | None:
     byte_order = "<" if serialized[1] & 1 else ">"  # odd encapsulation id = little endian
     sec, nanosec = struct.unpack_from(byte_order + "iI", serialized, 4)
     return sec * 1_000_000_000 + nanosec
+
+
+def has_header(msg_type) -> bool:
+    """Whether the message's first field is a std_msgs/Header (what header_stamp_ns reads)."""
+    fields = iter(msg_type.get_fields_and_field_types().items())
+    return next(fields, None) == ("header", "std_msgs/Header")
 
 
 @dataclass
@@ -156,30 +164,32 @@ class RunMonitor(RuntimeNode):
         elif name in EVENT_TOPICS:
             callback = self._events_callback(stats, msg_type)
         else:
-            callback = self._counting_callback(stats)
+            callback = self._counting_callback(stats, has_header(msg_type))
         self.create_subscription(msg_type, name, callback, qos, raw=True)
 
-    def _count(self, stats: TopicStats) -> int:
-        """Record one receipt; returns the receipt time in the node's clock (ns, 0 = unset)."""
+    def _count(self, stats: TopicStats, stamp_ns: int | None = None) -> int:
+        """Record one receipt, in ROS time at `stamp_ns` when the message carries a stamp;
+        returns the receipt time in the node's clock (ns, 0 = unset)."""
         now_ns = self.get_clock().now().nanoseconds
         wall = time.monotonic()
+        ros_ns = stamp_ns or now_ns  # under sim time the clock reads 0 until the first /clock
         with self._lock:
             stats.count += 1
             stats.wall_rate.add(wall)
-            if now_ns > 0:  # under sim time the clock reads 0 until the first /clock
-                stats.ros_rate.add(now_ns * 1e-9)
+            if ros_ns > 0:
+                stats.ros_rate.add(ros_ns * 1e-9)
         return now_ns
 
-    def _counting_callback(self, stats: TopicStats):
-        def on_message(_serialized: bytes) -> None:
-            self._count(stats)
+    def _counting_callback(self, stats: TopicStats, stamped: bool):
+        def on_message(serialized: bytes) -> None:
+            self._count(stats, header_stamp_ns(serialized) if stamped else None)
 
         return on_message
 
     def _image_callback(self, stats: TopicStats):
         def on_image(serialized: bytes) -> None:
-            now_ns = self._count(stats)
             stamp_ns = header_stamp_ns(serialized)
+            now_ns = self._count(stats, stamp_ns)
             if now_ns > 0 and stamp_ns:
                 with self._lock:
                     stats.latency_ms.add((now_ns - stamp_ns) * 1e-6)
