@@ -164,5 +164,7 @@ class ObservationAssembler:
             state=state,
             instruction=inputs.instruction,
             stamp=newest.stamp,
+            camera_stamps={c.name: frames[c.name].stamp for c in cameras},
+            episode_start=inputs.episode_start,
         )
         return Assembled(observation, newest, ages)

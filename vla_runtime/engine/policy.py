@@ -85,6 +85,10 @@ class Observation:
     state: np.ndarray  # (state_dim,) float32
     instruction: str
     stamp: float = 0.0  # capture time (s, ROS time) of the newest image
+    # Each camera's capture time (a camera rendering less often than the others is older), and
+    # when the episode started: a policy with state of its own starts again from there.
+    camera_stamps: dict[str, float] = field(default_factory=dict)
+    episode_start: float = 0.0
 
 
 @dataclass

@@ -1,8 +1,13 @@
 """Which policy the engine drives: a local back end (`engine/factory.py`) or a policy server
-(ours over ZeroMQ, `remote`; any openpi policy server, `openpi`; a Ray Serve fleet, `ray`)."""
+(ours over ZeroMQ, `remote`; any openpi policy server, `openpi`; a Ray Serve fleet, `ray`) or a
+Python callable that builds a `Policy` (`python`: checkpoint `package.module:callable`, called
+with `robot`, `seed` and the keyword arguments of `policy_args`, a JSON object), so a policy
+that is not a network (a scripted expert acting on perception) runs in the same engine node."""
 
 from __future__ import annotations
 
+import importlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +21,7 @@ from vla_runtime.engine.remote.openpi_protocol import DEFAULT_PORT as OPENPI_POR
 from vla_runtime.engine.remote.protocol import DEFAULT_ENDPOINT
 from vla_runtime.engine.remote.ray_client import RayClient
 
-BACKENDS = (*factory.BACKENDS, "remote", "openpi", "ray")
+BACKENDS = (*factory.BACKENDS, "remote", "openpi", "ray", "python")
 DEFAULT_ENDPOINTS = {
     "remote": DEFAULT_ENDPOINT,
     "openpi": f"ws://127.0.0.1:{OPENPI_PORT}",
@@ -43,6 +48,7 @@ class PolicySource:
     api_key_file: str = ""  # openpi, ray: a file holding this robot's API key
     tls_ca: str = ""  # openpi, ray over TLS: CA bundle of the server's certificate
     robot: str = "fr3"  # the arm driven: random weights get its columns
+    policy_args: str = ""  # python: JSON object of the callable's keyword arguments
 
     @property
     def location(self) -> str:
@@ -57,6 +63,8 @@ class PolicySource:
         """The policy; a remote one connects on first use (the server may not be up yet)."""
         if self.backend == "openpi":
             return self._openpi()
+        if self.backend == "python":
+            return self._python()
         if self.backend == "ray":
             return RayClient(
                 self.server,
@@ -100,6 +108,22 @@ class PolicySource:
             connect_now=False,
             tls_ca=self.tls_ca or None,
         )
+
+    def _python(self) -> Policy:
+        module, _, name = self.checkpoint.partition(":")
+        if not module or not name:
+            raise ValueError(f"backend python needs checkpoint 'package.module:callable', "
+                             f"got {self.checkpoint!r}")  # fmt: skip
+        try:
+            arguments = json.loads(self.policy_args or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"policy_args is not JSON: {exc}") from exc
+        if not isinstance(arguments, dict):
+            raise ValueError("policy_args must be a JSON object")
+        build = getattr(importlib.import_module(module), name, None)
+        if not callable(build):
+            raise ValueError(f"{self.checkpoint}: {module} has no callable {name!r}")
+        return build(robot=self.robot, seed=self.seed, **arguments)
 
     def _api_key(self) -> str | None:
         return Path(self.api_key_file).read_text().strip() if self.api_key_file else None

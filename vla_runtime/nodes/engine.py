@@ -86,7 +86,10 @@ REQUEST_FAILURES = ("inference", "output")
 @dataclass(frozen=True)
 class EngineParams:
     backend: str = param(f"one of {BACKENDS}", "torch")
-    checkpoint: str = param("policy checkpoint directory; empty = random weights", "")
+    checkpoint: str = param("policy checkpoint directory; empty = random weights "
+                            "(backend python: package.module:callable building the Policy)", "")
+    policy_args: str = param("backend python: JSON object of the callable's keyword arguments",
+                             "")  # fmt: skip
     preset: str = param("model size of random weights (no checkpoint)", "tiny")
     device: str = param("torch / ONNX Runtime device (cpu, cuda:0)", "cpu")
     seed: int = param("seed of random weights and the flow's start noise", 0)
