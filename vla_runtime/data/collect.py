@@ -34,6 +34,7 @@ from vla_runtime.data.expert_recording import (
     sigint_deferred,
     task_dataset_writer,
 )
+from vla_runtime.data.perception_collect import collect_with_perception
 from vla_runtime.data.recovery import collect_recovery
 from vla_runtime.engine.checkpoint import load_spec
 from vla_runtime.engine.policy import PolicyError
@@ -136,9 +137,36 @@ def collect_main(argv: list[str] | None = None) -> int:
     recovery.add_argument("--branch-every", type=int, default=8, help="control steps")
     recovery.add_argument("--branch-steps", type=int, default=24, help="expert steps per branch")
     recovery.add_argument("--execute", type=int, default=2, help="policy actions per chunk")
+    perception = parser.add_argument_group(
+        "perception (no privileged state): cameras find the cubes, the robot resets the scene"
+    )
+    perception.add_argument("--perception", action="store_true",
+                            help="the expert acts on the calibrated cameras through the product "
+                                 "stack (safety, streamer, driver), labels success from them and "
+                                 "resets the workcell itself; tasks reach, push, pick")  # fmt: skip
+    perception.add_argument("--sim", action="store_true",
+                            help="on the simulated arm (the only target here; default)")
+    perception.add_argument("--real", action="store_true", help="on a real arm's stack")
+    perception.add_argument("--calibration-dir", default="calibration/sim",
+                            help="the cameras' calibration (vla-runtime calibrate)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.real:
+        parser.error("--real: collection on a real arm is not available yet; --sim --perception "
+                     "runs the same perception path on the simulated arm")  # fmt: skip
+    if args.perception:
+        if args.recover_from:
+            parser.error("--perception and --recover-from do not combine")
+        try:
+            summary = collect_with_perception(
+                args.task, args.episodes, args.out, args.seed, args.image_size,
+                args.robot or "fr3", args.calibration_dir, progress=not args.no_progress,
+            )  # fmt: skip
+        except (ValueError, FileNotFoundError) as exc:
+            parser.error(str(exc))
+        print(json.dumps(summary, indent=None if args.json else 2))
+        return 130 if summary["interrupted"] else 0
     if args.recover_from:
         try:
             robot = load_spec(args.recover_from).robot or "fr3"

@@ -36,6 +36,7 @@ from vla_runtime.data.experts import (
     ArmKinematics,
     ScriptedExpert,
     Waypoint,
+    braking_speed,
     grasp_yaw,
 )
 from vla_runtime.data.scene_perception import (
@@ -70,6 +71,8 @@ GRASP_TCP_Z = 0.012
 RISE_Z = 0.12
 HAND_STILL_M = 0.0005  # the fingers moved less than this over HAND_STILL_S: they have stopped
 HAND_STILL_S = 0.12
+HOME_SPEED = 0.6  # rad/s of the fastest joint on the way home
+HOME_ACCELERATION = 1.5  # rad/s^2
 
 
 @dataclass(frozen=True)
@@ -120,8 +123,7 @@ class PerceivedExpert(ScriptedExpert):
         self.hand_known = True
         self.hand_still = False
         self._ready_for: float | None = None  # the width the hand was measured to be done at
-        home_tcp, rotation = kinematics.tcp_pose(kinematics.home)
-        self._home = (home_tcp, math.atan2(rotation[1, 0], rotation[0, 0]))
+        self.joint_velocity = np.zeros(kinematics.dof)  # rad/s of the joint setpoint (home)
 
     def _hand_ready(self, point: Waypoint, width: float) -> bool:
         if not point.hand_first:
@@ -132,10 +134,27 @@ class PerceivedExpert(ScriptedExpert):
         self._ready_for = point.gripper if ready else None
         return ready
 
+    def act(self, state: SceneSnapshot, q_measured, cube_quat=(1.0, 0.0, 0.0, 0.0)):
+        if self.goal.task != "home":
+            return super().act(state, q_measured, cube_quat)
+        # Home in joint space: a Cartesian move would end anywhere along the arm's redundancy.
+        if self.q_cmd is None:
+            self.q_cmd = np.array(q_measured, dtype=float)
+        error = self.kin.home - self.q_cmd
+        remaining = float(np.abs(error).max())
+        speed = min(HOME_SPEED, braking_speed(remaining, HOME_ACCELERATION))
+        wanted = error * (speed / remaining) if remaining > 1e-9 else np.zeros_like(error)
+        change = wanted - self.joint_velocity
+        most = HOME_ACCELERATION * CONTROL_DT
+        largest = float(np.abs(change).max())
+        self.joint_velocity = self.joint_velocity + (change if largest <= most
+                                                     else change * (most / largest))  # fmt: skip
+        self.q_cmd = self.q_cmd + self.joint_velocity * CONTROL_DT
+        self.pos_cmd, rotation = self.kin.tcp_pose(self.q_cmd)
+        self.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
+        return self.q_cmd.copy(), OPEN
+
     def plan(self, state: SceneSnapshot, cube_quat) -> list[Waypoint]:
-        if self.goal.task == "home":
-            position, yaw = self._home
-            return [Waypoint(position, yaw, TRANSIT_SPEED, OPEN)]
         if self.goal.task != "place":
             return super().plan(state, cube_quat)
         if self._frozen is not None:
@@ -177,15 +196,17 @@ class PerceivedExpert(ScriptedExpert):
     def finished(self) -> bool:
         """A reset move is done: its setpoint at the last waypoint, (nearly) at rest."""
         if self.goal.task == "home":
-            target = self._home[0]
-        elif self.goal.task == "place" and self._frozen is not None:
+            remaining = float(np.abs(self.kin.home - self.q_cmd).max())
+            return remaining < 0.002 and float(np.abs(self.joint_velocity).max()) < 0.01
+        if self.goal.task == "place" and self._frozen is not None:
             if self.phase < len(self._frozen) - 1:
                 return False
             target = self._frozen[-1].position
         else:
             return False
         arrived = float(np.linalg.norm(target - self.pos_cmd)) < ARRIVED
-        return arrived and float(np.linalg.norm(self.velocity)) < 0.005
+        # The discrete braking dithers around a reached waypoint by up to ~0.02 m/s.
+        return arrived and float(np.linalg.norm(self.velocity)) < 0.03
 
 
 class _PushedCube:
@@ -220,7 +241,8 @@ def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
 
 # The expert's discrete progress, kept per predicted step: the next chunk resumes from the step
 # where the streamer's plan ends.
-MEMORY = ("phase", "wait", "_frozen", "_previous_cube")
+MEMORY = ("phase", "wait", "_frozen", "_previous_cube", "velocity", "yaw_velocity",
+          "joint_velocity")  # fmt: skip
 
 
 class PerceptionExpert:
@@ -257,6 +279,7 @@ class PerceptionExpert:
         self._memory: dict[float, dict] = {}  # action time -> the expert's progress then
         self._widths: list[tuple[float, float]] = []
         self._fresh = True
+        self._last: tuple[np.ndarray, np.ndarray] | None = None  # previous chunk: times, rows
 
     @property
     def spec(self) -> PolicySpec:
@@ -295,16 +318,23 @@ class PerceptionExpert:
         expert.hand_still = self._hand_still(stamp)
         self._memory = {t: m for t, m in self._memory.items() if t > stamp - 1.0}
         pushed = _PushedCube(snapshot, goal, expert)
+        finished = False
         for k in range(self.spec.chunk_len - len(rows)):
             expert.hand_known = k == 0
             pushed.predict(k)
             q, command = expert.act(snapshot, arm, quat)
+            if k == 0:  # done by the first predicted step, not by the end of the prediction
+                finished = expert.finished
             rows.append(np.append(q, command))
             memory = {name: getattr(expert, name) for name in MEMORY}
             self._memory[resumed_at + (k + 1) * CONTROL_DT] = memory
         self._mark_held(goal, width, scene)
         actions = np.asarray(rows[: self.spec.chunk_len], np.float32)
-        info = {"expert_phase": float(expert.phase), "expert_finished": float(expert.finished),
+        times = stamp + CONTROL_DT * np.arange(1, len(actions) + 1)
+        self._last = (times, actions.astype(float))
+        info = {"expert_phase": float(expert.phase), "expert_finished": float(finished),
+                "plan_rows": float(0 if plan is None else len(plan)),
+                "episode_start": float(observation.episode_start),
                 "target_sigma_mm": 1000.0 * track.sigma_m if track else math.nan}  # fmt: skip
         return ActionChunk(actions, stamp, info=info)
 
@@ -316,36 +346,66 @@ class PerceptionExpert:
         self._memory.clear()
         self._widths.clear()
         self._fresh = True
+        self._last = None
         if goal.task in ("place", "pick") and self.perception.held not in (None, goal.colour):
             self.perception.held = None
 
     def _resume(self, expert: PerceivedExpert, arm, stamp: float, plan) -> tuple[list, float]:
-        """Start the expert's setpoint where the streamer's plan ends (or at the measured state);
-        returns the chunk rows the plan fixes (plan[k] is action k, at stamp + (k + 1) dt) and
-        the time of the last of them."""
-        if plan is None or len(plan) == 0 or expert.q_cmd is None:
-            expert.q_cmd = np.array(arm, float)
-            expert.pos_cmd, rotation = self.kinematics.tcp_pose(expert.q_cmd)
-            expert.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
-            expert.velocity = np.zeros(3)
-            expert.yaw_velocity = 0.0
-            return [], stamp
-        plan = np.asarray(plan, float)
-        end = stamp + len(plan) * CONTROL_DT
-        memory = self._recall(end)
+        """Start the expert's setpoint where the plan being executed is one step after `stamp`
+        (the streamer's plan from the request, else this policy's previous chunk), or at the
+        measured state; returns the chunk rows the streamer's plan fixes (plan[k] is action k,
+        at stamp + (k + 1) dt) and the time of the last of them."""
+        if plan is not None and len(plan) > 0 and expert.q_cmd is not None:
+            plan = np.asarray(plan, float)
+            end = stamp + len(plan) * CONTROL_DT
+            before = plan[-2] if len(plan) > 1 else self._previous_row(end - CONTROL_DT)
+            self._continue(expert, plan[-1], before, end)
+            return list(plan), end
+        row = self._previous_row(stamp + CONTROL_DT)
+        if row is not None and expert.q_cmd is not None:
+            # Not in the request (the engine sends none when the answer is due within a step):
+            # the previous chunk is what runs now, so the new one starts where it will be.
+            self._continue(expert, row, self._previous_row(stamp), stamp + CONTROL_DT)
+            return [row], stamp + CONTROL_DT
+        expert.q_cmd = np.array(arm, float)
+        expert.pos_cmd, rotation = self.kinematics.tcp_pose(expert.q_cmd)
+        expert.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
+        expert.velocity = np.zeros(3)
+        expert.yaw_velocity = 0.0
+        return [], stamp
+
+    def _previous_row(self, t: float) -> np.ndarray | None:
+        """This policy's previous chunk at time t (interpolated), None outside it."""
+        if self._last is None:
+            return None
+        times, rows = self._last
+        if not times[0] - 1e-6 <= t <= times[-1] + 1e-6:
+            return None
+        return np.array([np.interp(t, times, rows[:, j]) for j in range(rows.shape[1])])
+
+    def _continue(self, expert: PerceivedExpert, row, before, t: float) -> None:
+        """The expert's state at time t, on the chunk row `row` (the one before it, if known,
+        gives the setpoint's velocity)."""
+        memory = self._recall(t)
         if memory is not None:
             for name, value in memory.items():
                 setattr(expert, name, value)
-        poses = [self.kinematics.tcp_pose(row[: self.dof]) for row in plan[-2:]]
-        expert.q_cmd = plan[-1, : self.dof].copy()
-        expert.pos_cmd = poses[-1][0]
-        yaws = [math.atan2(r[1, 0], r[0, 0]) for _, r in poses]
-        expert.yaw_cmd = yaws[-1]
-        if len(poses) == 2:
-            expert.velocity = (poses[1][0] - poses[0][0]) / CONTROL_DT
-            turn = (yaws[1] - yaws[0] + math.pi) % (2 * math.pi) - math.pi
+        expert.q_cmd = np.asarray(row[: self.dof], float).copy()
+        expert.pos_cmd, rotation = self.kinematics.tcp_pose(expert.q_cmd)
+        expert.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
+        expert.velocity = np.zeros(3)
+        expert.yaw_velocity = 0.0
+        expert.joint_velocity = np.zeros(self.dof)
+        if memory is not None:  # the setpoint's own velocities (IK rows differ by its noise)
+            for name in ("velocity", "yaw_velocity", "joint_velocity"):
+                setattr(expert, name, memory[name])
+        elif before is not None:
+            expert.joint_velocity = (expert.q_cmd - np.asarray(before[: self.dof])) / CONTROL_DT
+            previous, turned = self.kinematics.tcp_pose(np.asarray(before[: self.dof], float))
+            expert.velocity = (expert.pos_cmd - previous) / CONTROL_DT
+            yaw = math.atan2(turned[1, 0], turned[0, 0])
+            turn = (expert.yaw_cmd - yaw + math.pi) % (2 * math.pi) - math.pi
             expert.yaw_velocity = turn / CONTROL_DT
-        return list(plan), end
 
     def _recall(self, t: float) -> dict | None:
         """The expert's progress as predicted for time t (within half a step)."""

@@ -95,22 +95,37 @@ def _segment_distance(p, a, b) -> float:
     return float(np.linalg.norm(p - (a + t * ab)))
 
 
+def target_start(task: str, rng: np.random.Generator) -> np.ndarray:
+    """Where a task's target starts (xy): push, behind the zone, 12-25 cm from it, pushed
+    roughly away from the robot; the others, anywhere in the target region."""
+    if task == "push":
+        zone = np.array(ZONE_CENTRE)
+        for _ in range(1000):
+            xy = rng.uniform([0.38, -0.15], [0.48, 0.15])
+            if 0.12 <= np.linalg.norm(zone - xy) <= 0.25:
+                break
+        return xy
+    return rng.uniform([REGION_X[0], REGION_Y[0]], [REGION_X[1], REGION_Y[1]])
+
+
+def off_push_corridor(xy, target_xy) -> bool:
+    """Push: a distractor at `xy` is clear of the target's way into the zone, including where
+    the pusher starts behind the target."""
+    zone = np.array(ZONE_CENTRE)
+    target_xy = np.asarray(target_xy, float)
+    direction = (zone - target_xy) / np.linalg.norm(zone - target_xy)
+    start = target_xy - 0.1 * direction
+    return _segment_distance(np.asarray(xy, float), start, zone) >= 0.1
+
+
 def make_setup(task: str, seed: int, n_cubes: int = N_CUBES) -> EpisodeSetup:
     """Seeded initial conditions: which cube is the target, where every cube starts."""
     check_task(task)
     rng = np.random.default_rng([seed, TASKS.index(task)])
     colours = scene_colours(n_cubes)
     target = colours[int(rng.integers(len(colours)))]
-    zone = np.array(ZONE_CENTRE)
     lo, hi = np.array([REGION_X[0], REGION_Y[0]]), np.array([REGION_X[1], REGION_Y[1]])
-    if task == "push":  # behind the zone, 12-25 cm from it, pushed roughly away from the robot
-        for _ in range(1000):
-            xy = rng.uniform([0.38, -0.15], [0.48, 0.15])
-            if 0.12 <= np.linalg.norm(zone - xy) <= 0.25:
-                break
-        target_xy = xy
-    else:
-        target_xy = rng.uniform(lo, hi)
+    target_xy = target_start(task, rng)
     placed = {target: target_xy}
     for colour in colours:
         if colour == target:
@@ -119,12 +134,8 @@ def make_setup(task: str, seed: int, n_cubes: int = N_CUBES) -> EpisodeSetup:
             xy = rng.uniform(lo - 0.02, hi + 0.02)
             if not _far_from(xy, placed.values(), MIN_SPACING):
                 continue
-            if task == "push":
-                # off the push corridor (incl. where the pusher starts behind the cube)
-                direction = (zone - target_xy) / np.linalg.norm(zone - target_xy)
-                start = target_xy - 0.1 * direction
-                if _segment_distance(xy, start, zone) < 0.1:
-                    continue
+            if task == "push" and not off_push_corridor(xy, target_xy):
+                continue
             break
         else:
             raise ValueError(f"cannot place the {colour} cube for {task} seed {seed}")
