@@ -33,6 +33,9 @@ CENTROID_NOISE_PX = 0.35
 # A sighting whose blob covers less of the model silhouette than this is occluded too much to
 # locate the cube (a finger across it, the image border).
 MIN_VISIBLE_FRACTION = 0.35
+# A yaw is read only from a blob this large (a close view): a few-pixel blob's outline says
+# nothing about the cube's edges.
+YAW_MIN_PIXELS = 100
 YAW_SAMPLES = (0.0, math.pi / 8, math.pi / 4, 3 * math.pi / 8)  # the silhouette's yaw is unknown
 
 
@@ -244,7 +247,8 @@ def sightings(
         centre, covariance, visible = placed
         if visible < MIN_VISIBLE_FRACTION or blob.touches_border:
             continue
-        yaw = top_yaw(pixels, camera, size) if with_yaw and visible > 0.9 else None
+        close = visible > 0.9 and blob.pixels >= YAW_MIN_PIXELS
+        yaw = top_yaw(pixels, camera, size) if with_yaw and close else None
         found[colour] = Sighting(colour, camera_name, centre, covariance, blob.pixels, visible,
                                  stamp, yaw)  # fmt: skip
     return found

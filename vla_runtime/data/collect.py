@@ -144,11 +144,15 @@ def collect_main(argv: list[str] | None = None) -> int:
                             help="the expert acts on the calibrated cameras through the product "
                                  "stack (safety, streamer, driver), labels success from them and "
                                  "resets the workcell itself; tasks reach, push, pick")  # fmt: skip
-    perception.add_argument("--sim", action="store_true",
-                            help="on the simulated arm (the only target here; default)")
+    perception.add_argument(
+        "--sim", action="store_true", help="on the simulated arm (the only target here; default)"
+    )
     perception.add_argument("--real", action="store_true", help="on a real arm's stack")
-    perception.add_argument("--calibration-dir", default="calibration/sim",
-                            help="the cameras' calibration (vla-runtime calibrate)")
+    perception.add_argument(
+        "--calibration-dir",
+        default="calibration/sim",
+        help="the cameras' calibration (vla-runtime calibrate)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)

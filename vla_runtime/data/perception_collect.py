@@ -52,7 +52,14 @@ from vla_runtime.data.expert_recording import (
 from vla_runtime.data.lerobot.writer import Episode
 from vla_runtime.data.perception_expert import HOME, PLACE
 from vla_runtime.data.reset_plan import PLACED_TOLERANCE_M, layout_problems, plan_reset
-from vla_runtime.data.scene_perception import CameraRig, Label, ScenePerception, judge
+from vla_runtime.data.scene_perception import (
+    HELD_WIDTH,
+    IN_HAND,
+    CameraRig,
+    Label,
+    ScenePerception,
+    judge,
+)
 from vla_runtime.data.stack_eval import StackDied, StackHarness, StackStalled
 from vla_runtime.ros.messages import image_from_msg, joint_state_values, to_seconds
 from vla_runtime.ros.node import RuntimeNode
@@ -79,6 +86,7 @@ HOME_TIMEOUT_S = 15.0
 # An episode starts from home, as the task suite's do; the expert's Cartesian way home ends
 # within a few milliradians of it.
 HOME_TOLERANCE_RAD = 0.05
+RESET_ROUNDS = 2
 SETTLE_S = 0.3  # sim s after a move before the scene camera's check (the cube has settled)
 HISTORY_S = 30.0  # sim s of frames, states and commands kept (an episode is at most 11 s)
 
@@ -318,6 +326,7 @@ class ResetOutcome:
     moves: dict
     reason: str = ""
     placement_error_m: dict = field(default_factory=dict)  # perceived distance to the plan
+    rounds: int = 1
     physics_error_m: dict = field(default_factory=dict)  # true distance (sim only)
 
 
@@ -378,7 +387,7 @@ class PerceptionCollector:
 
     def _show_events(self) -> None:
         events = self.io.safety_events
-        for event in events[self._shown_events:]:
+        for event in events[self._shown_events :]:
             kind = event.get("event") or event.get("verdict") or "event"
             if event.get("verdict") in ("accept", "accepted", "ok"):
                 continue
@@ -432,14 +441,27 @@ class PerceptionCollector:
 
     def reset(self, target: str, referee: PhysicsReferee | None) -> ResetOutcome:
         """Move the next target (and whatever is in its way) to fresh places, return home,
-        check the layout with the scene camera."""
+        check the layout with the scene camera; a layout that fails the check (a cube knocked
+        or dropped off its place) gets one more round of moves."""
+        for round_ in range(1, RESET_ROUNDS + 1):
+            outcome = self._reset_round(target, referee)
+            outcome.rounds = round_
+            if outcome.ok or self.abort:
+                break
+            self.console.safety_event(f"reset round {round_} failed: {outcome.reason}"[:110])
+        return outcome
+
+    def _reset_round(self, target: str, referee: PhysicsReferee | None) -> ResetOutcome:
         scene = self.fresh_scene(self.io.now)
-        missing = [c for c in self.colours if c not in scene.cubes]
+        missing = [c for c in self.colours if c not in scene.cubes and c != holding(scene)]
         if missing:
             return ResetOutcome(False, {}, f"not in view: {missing}")
         current = {c: scene.cubes[c].position[:2] for c in self.colours}
+        held = holding(scene)
+        if held is not None:
+            current[held] = scene.tcp[:2]
         try:
-            moves = plan_reset(self.task, self.rng, current, target)
+            moves = plan_reset(self.task, self.rng, current, target, held)
         except ValueError as exc:
             return ResetOutcome(False, {}, str(exc))
         for colour, xy in moves.items():
@@ -574,6 +596,14 @@ class PerceptionCollector:
         self.io.close()
 
 
+def holding(scene) -> str | None:
+    """The colour of the cube between the closed fingers, if one is (pick leaves it there)."""
+    if not HELD_WIDTH[0] <= scene.gripper_width <= HELD_WIDTH[1]:
+        return None
+    seen = scene.visible.get(IN_HAND, {})
+    return max(seen, key=seen.get) if seen else None
+
+
 def _label_at(labels: list[tuple[float, bool]], stamp: float) -> bool:
     """The newest perception label at or before `stamp`."""
     before = [flag for t, flag in labels if t <= stamp]
@@ -706,6 +736,7 @@ def summarise(task, robot, outcomes, resets, start_errors, elapsed, failure, wri
         if outcomes else None,
         "reset_success_rate": _rate(reset_ok, len(resets)),
         "resets": {"attempted": len(resets), "ok": reset_ok,
+                   "second_round": sum(r.rounds > 1 for r in resets),
                    "reasons": [r.reason for r in resets if not r.ok][:10],
                    "placement_error_truth_m": _distribution(placed_truth)},
         "localisation_error_m": localisation,
@@ -726,7 +757,8 @@ def summarise(task, robot, outcomes, resets, start_errors, elapsed, failure, wri
         "localisation_p95_le_0.01_m": localisation["p95"] is not None
         and localisation["p95"] <= 0.01,
         f"expert_success_ge_{targets.get('expert', 0.9)}": summary["expert_success_rate"]
-        is not None and summary["expert_success_rate"] >= targets.get("expert", 0.9),
+        is not None
+        and summary["expert_success_rate"] >= targets.get("expert", 0.9),
         "label_agreement_ge_0.98": summary["label_agreement"] is not None
         and summary["label_agreement"] >= 0.98,
         "reset_success_ge_0.95": summary["reset_success_rate"] is not None

@@ -39,16 +39,28 @@ def layout_problems(task: str, cubes: dict, target: str) -> list[str]:
     problems = []
     for colour, xy in cubes.items():
         if not _fits(task, xy, cubes, colour, target, -PLANNING_MARGIN_M / 2):
-            problems.append(f"the {colour} cube is too close to another cube or in the way")
+            where = ", ".join(f"{v:.3f}" for v in xy)
+            problems.append(f"the {colour} cube at ({where}) is too close to another or in the way")
     return problems
 
 
 def plan_reset(task: str, rng: np.random.Generator, cubes: dict, target: str,
-               attempts: int = 1000) -> dict:  # fmt: skip
-    """New places (xy) for the cubes to move, given where every cube is now (`cubes`: colour
-    -> xy): the target always, the others only where the new layout needs it."""
+               held: str | None = None, attempts: int = 1000) -> dict:  # fmt: skip
+    """New places (xy) for the cubes to move, in the order to move them, given where every
+    cube is now (`cubes`: colour -> xy): a cube still in the hand (`held`) first, the target,
+    the others only where the new layout needs it."""
     placed = {c: np.asarray(xy, float)[:2] for c, xy in cubes.items()}
     moves = {}
+    lo, hi = np.array([REGION_X[0], REGION_Y[0]]), np.array([REGION_X[1], REGION_Y[1]])
+    if held is not None and held != target:
+        others = {c: xy for c, xy in placed.items() if c != held}
+        for _ in range(attempts):
+            xy = rng.uniform(lo, hi)
+            if _fits(task, xy, {**others, held: xy}, held, target, PLANNING_MARGIN_M):
+                placed[held] = moves[held] = xy
+                break
+        else:
+            raise ValueError(f"no free place for the {held} cube")
     for _ in range(attempts):
         xy = target_start(task, rng)
         if _fits(task, xy, placed, target, target, PLANNING_MARGIN_M):
@@ -56,7 +68,6 @@ def plan_reset(task: str, rng: np.random.Generator, cubes: dict, target: str,
             break
     else:
         raise ValueError(f"no free place for the {target} cube")
-    lo, hi = np.array([REGION_X[0], REGION_Y[0]]), np.array([REGION_X[1], REGION_Y[1]])
     for colour in sorted(placed):
         if colour == target or _fits(task, placed[colour], placed, colour, target):
             continue

@@ -44,7 +44,8 @@ DRIFT_M_PER_S = 0.03
 MOVED_M = 0.006
 MOVED_SIGMA = 4.0
 POSITION_FLOOR_M = 0.0005  # no estimate is better than this (calibration error)
-HELD_WIDTH = (CUBE_SIZE - 0.006, CUBE_SIZE + 0.004)  # fingers closed on a cube (m of width)
+# Fingers closed on a cube (m of width): across its faces, or up to across its diagonal.
+HELD_WIDTH = (CUBE_SIZE - 0.006, CUBE_SIZE * math.sqrt(2.0) + 0.002)
 IN_HAND = "in_hand"  # PerceivedScene.visible's entry of the colours between the fingers
 
 
@@ -112,6 +113,7 @@ class CubeTrack:
     sightings: int = 1
     cameras: set = field(default_factory=set)
     yaw: float | None = None  # modulo 90 degrees, when a camera looked down on it
+    yaw_pixels: int = 0  # the size of the blob the yaw was read from
 
     @property
     def sigma_m(self) -> float:
@@ -129,7 +131,8 @@ class CubeTracker:
         position, covariance = fuse(seen)
         covariance = covariance + np.eye(2) * POSITION_FLOOR_M**2
         cameras = {s.camera for s in seen}
-        yaws = [s.yaw for s in seen if s.yaw is not None]
+        views = [(s.pixels, s.yaw) for s in seen if s.yaw is not None]
+        view = max(views, key=lambda v: v[0]) if views else None
         track = self.tracks.get(colour)
         if track is not None:
             age = max(stamp - track.stamp, 0.0)
@@ -146,9 +149,13 @@ class CubeTracker:
                 track.stamp = stamp
                 track.sightings += 1
                 track.cameras |= cameras
-                track.yaw = yaws[0] if yaws else track.yaw
+                # The closest view's yaw holds until a comparable view reads it again.
+                if view is not None and view[0] >= 0.7 * track.yaw_pixels:
+                    track.yaw_pixels, track.yaw = view
                 return track
-        track = CubeTrack(position, covariance, stamp, 1, cameras, yaws[0] if yaws else None)
+        track = CubeTrack(position, covariance, stamp, 1, cameras)
+        if view is not None:
+            track.yaw_pixels, track.yaw = view
         self.tracks[colour] = track
         return track
 
