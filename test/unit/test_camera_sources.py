@@ -252,3 +252,21 @@ def test_sim_source_paces_frames_on_sim_time_and_renders_a_reset_at_once():
     for t in (0.001, 0.002):
         every.update(t, [1.0])
         assert every.read()[0]
+
+
+def test_sim_cameras_at_one_rate_render_the_same_states_however_they_started():
+    def frames(fps: float, states) -> list[float]:
+        source = SimSource("<mujoco/>", "scene", 32, 24, fps=fps, renderer_cls=FakeRenderer)
+        source.open()
+        out = []
+        for t in states:
+            source.update(t, [1.0])
+            if source.read()[0]:
+                out.append(round(t, 3))
+        return out
+
+    states = [round(0.02 * k, 3) for k in range(1, 101)]
+    early, late = frames(20.0, states), frames(20.0, states[1:])  # one saw a state later
+    assert early[0] == 0.02 and late[0] == 0.04
+    assert early[1:] == late[1:]
+    assert set(frames(10.0, states[3:])[1:]) <= set(early)  # a divisor's frames pair too

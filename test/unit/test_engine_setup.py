@@ -42,7 +42,7 @@ def test_joints_not_given_are_the_robots():
 
 
 def test_a_remote_source_runs_at_its_endpoint_and_connects_on_first_use():
-    assert BACKENDS == ("torch", "onnxruntime", "tensorrt", "remote", "openpi", "ray")
+    assert BACKENDS == ("torch", "onnxruntime", "tensorrt", "remote", "openpi", "ray", "python")
     assert source(device="cuda:0").location == "cuda:0"
     remote = source(backend="remote", endpoint="tcp://127.0.0.1:1", remote_timeout_s=0.5)
     assert remote.location == "tcp://127.0.0.1:1"
@@ -76,6 +76,25 @@ def test_an_openpi_source_connects_on_first_use_and_takes_its_spec_from_a_checkp
         _ = policy.spec
     with pytest.raises(ValueError, match="must start with ws:// or wss://"):
         source(backend="openpi", endpoint="tcp://127.0.0.1:5555").open()
+
+
+def test_a_python_source_builds_its_policy_from_a_callable_with_the_json_arguments():
+    built = source(
+        backend="python",
+        checkpoint="vla_runtime.data.perception_expert:PerceptionExpert",
+        policy_args='{"chunk_len": 8}',
+        robot="fr3",
+    ).open()
+    assert built.spec.chunk_len == 8 and built.spec.robot == "fr3"
+    assert [c.name for c in built.spec.cameras] == ["scene_hd", "wrist"]
+    for checkpoint, arguments, why in [
+        ("vla_runtime.data.perception_expert", "", "package.module:callable"),
+        ("vla_runtime.data.perception_expert:Nothing", "", "no callable 'Nothing'"),
+        ("vla_runtime.data.perception_expert:PerceptionExpert", "[1]", "JSON object"),
+        ("vla_runtime.data.perception_expert:PerceptionExpert", "{", "not JSON"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            source(backend="python", checkpoint=checkpoint, policy_args=arguments).open()
 
 
 def test_a_checkpoint_for_another_arm_is_refused_with_one_line(tmp_path):

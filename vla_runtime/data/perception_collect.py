@@ -88,7 +88,11 @@ HOME_TIMEOUT_S = 15.0
 HOME_TOLERANCE_RAD = 0.05
 RESET_ROUNDS = 2
 SETTLE_S = 0.3  # sim s after a move before the scene camera's check (the cube has settled)
+# The sim cameras render the same scene states (frames due on a shared grid), so their frames
+# pair on equal stamps; an episode's first frame may be a state apart.
+PAIR_TOLERANCE_S = 0.021
 HISTORY_S = 30.0  # sim s of frames, states and commands kept (an episode is at most 11 s)
+WRIST_WAIT_S = 0.1  # sim s a scene frame waits for the wrist frame of its stamp
 
 
 # ------------------------------------------------------------------------------ the stack
@@ -147,10 +151,14 @@ class StampedLog:
             self.values.popleft()
 
     def at(self, stamp: float, tolerance: float = 1e-4):
+        """The value stamped nearest `stamp`, if within `tolerance`."""
         i = bisect.bisect_left(self.stamps, stamp - tolerance)
-        if i < len(self.stamps) and abs(self.stamps[i] - stamp) <= tolerance:
-            return self.values[i]
-        return None
+        best = None
+        while i < len(self.stamps) and self.stamps[i] <= stamp + tolerance:
+            if best is None or abs(self.stamps[i] - stamp) < abs(self.stamps[best] - stamp):
+                best = i
+            i += 1
+        return None if best is None else self.values[best]
 
     def between(self, start: float, end: float) -> list[tuple[float, object]]:
         i = bisect.bisect_left(self.stamps, start)
@@ -283,6 +291,8 @@ class PhysicsReferee:
 
     def snapshot(self, stamp: float):
         """The scene at the newest state at or before `stamp`."""
+        if not math.isfinite(stamp):
+            return None
         found = self.states.between(stamp - 0.1, stamp)
         return self.reader.snapshot(found[-1][1]) if found else None
 
@@ -318,6 +328,7 @@ class EpisodeOutcome:
     vetoes: int = 0
     chunks: int = 0
     chunks_without_plan: int = 0  # started from the measured state, not the running plan
+    unrecorded: str = ""  # why no frame of it could be recorded
 
 
 @dataclass
@@ -327,6 +338,7 @@ class ResetOutcome:
     reason: str = ""
     placement_error_m: dict = field(default_factory=dict)  # perceived distance to the plan
     rounds: int = 1
+    stamp: float = math.nan  # of the scene the layout was checked on
     physics_error_m: dict = field(default_factory=dict)  # true distance (sim only)
 
 
@@ -342,17 +354,17 @@ class PerceptionCollector:
         harness: StackHarness,
         task: str,
         robot: str,
-        calibration_dir: str,
+        rig: CameraRig,
         dataset_cameras: tuple[str, ...],
         console: CollectConsole,
         seed: int = 0,
     ):
+        """`rig`: the calibrated cameras (scene_hd and wrist)."""
         self.harness, self.task, self.console = harness, task, console
         self.dataset_cameras = dataset_cameras
         self.colours = scene_colours()
         self.io = CollectorNode(harness, robot, (*dataset_cameras, PERCEPTION_CAMERA))
         self.home = np.array(load_robot(robot).home)
-        rig = CameraRig(calibration_dir, {PERCEPTION_CAMERA: "scene", "wrist": "wrist"}, robot)
         self.perception = ScenePerception(rig, self.colours)
         self.rng = np.random.default_rng(seed)
         self._perceived_up_to = -math.inf
@@ -407,7 +419,10 @@ class PerceptionCollector:
                 self._perceived_up_to = stamp
                 continue
             images = {PERCEPTION_CAMERA: image}
-            wrist = self.io.images["wrist"].at(stamp, 0.002)
+            wrist_log = self.io.images["wrist"]
+            wrist = wrist_log.at(stamp, 0.002)  # its pose needs the same stamp
+            if wrist is None and wrist_log.newest < stamp and self.io.now - stamp < WRIST_WAIT_S:
+                return  # the wrist frame of this stamp is on its way
             if wrist is not None:
                 images["wrist"] = wrist
             scene = self.perception.update(images, state[:-1], state[-1], stamp)
@@ -439,19 +454,19 @@ class PerceptionCollector:
         self.spin_until(finished, timeout_s * 4 + 30.0, f"the expert to {instruction}")
         return start, self.io.now <= start + timeout_s
 
-    def reset(self, target: str, referee: PhysicsReferee | None) -> ResetOutcome:
+    def reset(self, target: str) -> ResetOutcome:
         """Move the next target (and whatever is in its way) to fresh places, return home,
         check the layout with the scene camera; a layout that fails the check (a cube knocked
         or dropped off its place) gets one more round of moves."""
         for round_ in range(1, RESET_ROUNDS + 1):
-            outcome = self._reset_round(target, referee)
+            outcome = self._reset_round(target)
             outcome.rounds = round_
             if outcome.ok or self.abort:
                 break
             self.console.safety_event(f"reset round {round_} failed: {outcome.reason}"[:110])
         return outcome
 
-    def _reset_round(self, target: str, referee: PhysicsReferee | None) -> ResetOutcome:
+    def _reset_round(self, target: str) -> ResetOutcome:
         scene = self.fresh_scene(self.io.now)
         missing = [c for c in self.colours if c not in scene.cubes and c != holding(scene)]
         if missing:
@@ -481,13 +496,7 @@ class PerceptionCollector:
         errors = {c: float(np.linalg.norm(scene.cubes[c].position[:2] - xy))
                   if c in scene.cubes else math.inf for c, xy in moves.items()}  # fmt: skip
         planned = {c: [round(float(v), 4) for v in xy] for c, xy in moves.items()}
-        outcome = ResetOutcome(True, planned, placement_error_m=errors)
-        if referee is not None:
-            truth = referee.snapshot(scene.stamp)
-            if truth is not None:
-                outcome.physics_error_m = {
-                    c: float(np.linalg.norm(truth.cubes[c][:2] - xy)) for c, xy in moves.items()
-                }
+        outcome = ResetOutcome(True, planned, placement_error_m=errors, stamp=scene.stamp)
         layout = {c: t.position[:2] for c, t in scene.cubes.items()}
         problems = layout_problems(self.task, layout, target)
         if off_home > HOME_TOLERANCE_RAD:
@@ -552,14 +561,23 @@ class PerceptionCollector:
         it, the command one control period later, the perceived cubes then."""
         first = self.dataset_cameras[0]
         rows = []
-        for stamp, image in self.io.images[first].between(start, end):
-            others = [self.io.images[c].at(stamp, 0.002) for c in self.dataset_cameras[1:]]
+        frames = self.io.images[first].between(start, end)
+        missing = {"camera pair": 0, "joint state": 0, "command": 0}
+        for stamp, image in frames:
+            others = [self.io.images[c].at(stamp, PAIR_TOLERANCE_S)
+                      for c in self.dataset_cameras[1:]]  # fmt: skip
             state = self.io.states.interpolate(stamp)
             action = self.io.commands.interpolate(stamp + CONTROL_DT)
+            for what, value in (("joint state", state), ("command", action)):
+                missing[what] += value is None
+            missing["camera pair"] += any(o is None for o in others)
             if any(o is None for o in others) or state is None or action is None:
                 continue
             rows.append((stamp, [image, *others], state, action))
         if not rows:
+            outcome.unrecorded = f"{len(frames)} {first} frames; without " + ", ".join(
+                f"{what} {n}" for what, n in missing.items()
+            )
             return None
         success = outcome.label.success and not outcome.marked_failed
         labels = [(t, lb.success) for t, lb in judged]
@@ -631,12 +649,14 @@ def collect_with_perception(
                          "(a moving cube needs a tracked velocity)")  # fmt: skip
     if episodes < 1:
         raise ValueError("--episodes must be at least 1")
+    rig = CameraRig(calibration_dir, {PERCEPTION_CAMERA: "scene", "wrist": "wrist"}, robot)
     writer = task_dataset_writer(out, image_size, robot)
     stack = perception_stack(task, image_size, robot, calibration_dir)
     rng = np.random.default_rng([seed, 7])
     outcomes: list[EpisodeOutcome] = []
     resets: list[ResetOutcome] = []
     start_errors: list[float] = []
+    unrecorded: list[dict] = []
     failure = ""
     started = time.monotonic()
     console = CollectConsole(episodes, f"collect {task} (perception, {robot})", enabled=progress,
@@ -647,8 +667,8 @@ def collect_with_perception(
             console.activity("starting the stack")
             harness = StackHarness(stack)
             referee = PhysicsReferee(harness, task)
-            collector = PerceptionCollector(harness, task, robot, calibration_dir,
-                                            ("scene", "wrist"), console, seed)  # fmt: skip
+            collector = PerceptionCollector(harness, task, robot, rig, ("scene", "wrist"),
+                                            console, seed)  # fmt: skip
             harness.wait_for_first_chunk()
             attempts = 0
             while len(outcomes) < episodes and attempts < 2 * episodes and not collector.abort:
@@ -658,7 +678,8 @@ def collect_with_perception(
                     break
                 attempts += 1
                 target = str(rng.choice(collector.colours))
-                reset = collector.reset(target, referee)
+                reset = collector.reset(target)
+                reset.physics_error_m = referee.errors(reset.moves, reset.stamp)
                 resets.append(reset)
                 console.reset_done(reset.ok, reset.reason)
                 if not reset.ok:
@@ -669,12 +690,15 @@ def collect_with_perception(
                 outcome, episode = collector.episode(len(outcomes), target)
                 outcome.physics_success = referee.succeeded(task, target, outcome.started,
                                                             outcome.ended)  # fmt: skip
-                if episode is not None:
-                    with sigint_deferred() as deferred:
-                        writer.add_episode(episode)
-                        outcomes.append(outcome)
-                    if deferred.hit:
-                        raise KeyboardInterrupt
+                if episode is None:
+                    unrecorded.append(_episode_line(outcome))
+                    console.safety_event(f"episode not recorded: {outcome.unrecorded}")
+                    continue
+                with sigint_deferred() as deferred:
+                    writer.add_episode(episode)
+                    outcomes.append(outcome)
+                if deferred.hit:
+                    raise KeyboardInterrupt
                 console.episode_done(outcome.label.success, outcome.label.confidence,
                                      outcome.marked_failed)  # fmt: skip
     except (StackDied, StackStalled) as exc:
@@ -687,7 +711,8 @@ def collect_with_perception(
         if harness is not None:
             harness.close()
     elapsed = time.monotonic() - started
-    return summarise(task, robot, outcomes, resets, start_errors, elapsed, failure, writer, out)
+    summary = summarise(task, robot, outcomes, resets, start_errors, elapsed, failure, writer, out)
+    return {**summary, "unrecorded": unrecorded}
 
 
 def _distribution(values) -> dict:
@@ -706,6 +731,7 @@ def _episode_line(outcome: EpisodeOutcome) -> dict:
         "physics": outcome.physics_success, "frames": outcome.frames,
         "seconds": round(outcome.seconds, 2), "vetoes": outcome.vetoes,
         "chunks": outcome.chunks, "chunks_without_plan": outcome.chunks_without_plan,
+        **({"unrecorded": outcome.unrecorded} if outcome.unrecorded else {}),
         **{k: round(v, 4) if isinstance(v, float) else v for k, v in outcome.label.detail.items()},
     }  # fmt: skip
 

@@ -223,10 +223,10 @@ class SimSource:
 
     `update(sim_time, qpos)` stores the newest state; `read()` renders it (None: nothing new
     since the last read, or not due yet) and `frame_time` is the sim time of the state the last
-    frame shows. With `fps` > 0 frames are due every 1/fps of the states' sim time (on average:
-    states arrive on their own grid); `render_next()` makes the next state due at once (a scene
-    reset, whose first frame the policy is waiting for). `shows(sim_time, qpos)`: whether the
-    last frame is of that very state.
+    frame shows. With `fps` > 0 a frame is due at each multiple of 1/fps of the states' sim time
+    (the first state at or after it: states arrive on their own grid); `render_next()` makes
+    the next state due at once (a scene reset, whose first frame the policy is waiting for).
+    `shows(sim_time, qpos)`: whether the last frame is of that very state.
     """
 
     def __init__(
@@ -253,8 +253,10 @@ class SimSource:
         if sim_time < self._next_time:
             return False
         period = 1.0 / self.fps
-        following = self._next_time + period  # keep the phase; after a gap, start anew
-        self._next_time = following if following > sim_time else sim_time + period
+        # Due at the multiples of the period: every camera at this rate (or at a divisor of
+        # it) renders the same states, so their frames carry the same stamps and pair up, even
+        # when one of them saw an episode's reset a state later than another.
+        self._next_time = (math.floor(sim_time / period + 1e-6) + 1) * period
         return True
 
     def open(self) -> None:
