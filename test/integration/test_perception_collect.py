@@ -61,7 +61,7 @@ def test_a_reach_episode_is_collected_reset_and_labelled_from_the_cameras(
     episode = load_episode(meta, 0)
     assert episode.task.startswith("touch the ")
     assert episode.images["scene"].shape[1:] == (96, 96, 3)
-    assert len(episode) >= 20 and np.isfinite(episode.action).all()
+    assert len(episode.state) >= 20 and np.isfinite(episode.action).all()
     # Actions are the commands sent one control period after each frame: they lead the state.
     assert np.abs(episode.action[:, :7] - episode.state[:, :7]).max() > 0.001
     extra = json.loads(meta.episodes[0]["extra"])
