@@ -582,7 +582,10 @@ class PerceptionCollector:
         success = outcome.label.success and not outcome.marked_failed
         labels = [(t, lb.success) for t, lb in judged]
         flags = [_label_at(labels, stamp) for stamp, *_ in rows]
-        env = [self._perceived_state(stamp, outcome.target) for stamp, *_ in rows]
+        env = _filled(np.array([self._perceived_state(t, outcome.target) for t, *_ in rows]))
+        if env is None:
+            outcome.unrecorded = "a cube was never seen during it"
+            return None
         return Episode(
             images={c: np.stack([r[1][k] for r in rows])
                     for k, c in enumerate(self.dataset_cameras)},
@@ -593,7 +596,7 @@ class PerceptionCollector:
             timestamp=np.array([r[0] - rows[0][0] for r in rows], np.float32),
             frame_success=np.array(flags),
             seed=outcome.index,
-            env_state=np.asarray(env, np.float32),
+            env_state=env.astype(np.float32),
             extra={
                 "task": self.task, "label_source": "perception",
                 "label_confidence": round(float(outcome.label.confidence), 4),
@@ -620,6 +623,22 @@ def holding(scene) -> str | None:
         return None
     seen = scene.visible.get(IN_HAND, {})
     return max(seen, key=seen.get) if seen else None
+
+
+def _filled(columns: np.ndarray) -> np.ndarray | None:
+    """Perceived positions, the frames before a cube was first seen given its first estimate
+    (training normalises these columns: one NaN would spoil them all); None when a cube was
+    never seen in the episode."""
+    filled = columns.copy()
+    for j in range(filled.shape[1]):
+        known = np.flatnonzero(np.isfinite(filled[:, j]))
+        if known.size == 0:
+            return None
+        filled[: known[0], j] = filled[known[0], j]
+        for k in range(known[0] + 1, len(filled)):
+            if not np.isfinite(filled[k, j]):
+                filled[k, j] = filled[k - 1, j]
+    return filled
 
 
 def _label_at(labels: list[tuple[float, bool]], stamp: float) -> bool:
