@@ -83,8 +83,8 @@ SUCCESS_FRAMES = 3  # consecutive confident success judgements end an episode
 CONFIDENT = 0.9
 MOVE_TIMEOUT_S = 30.0  # sim s for one reset move
 HOME_TIMEOUT_S = 15.0
-# An episode starts from home, as the task suite's do; the expert's Cartesian way home ends
-# within a few milliradians of it.
+# An episode starts from home, as the task suite's do (the expert's way home, in joint space,
+# ends within a few milliradians of it).
 HOME_TOLERANCE_RAD = 0.05
 RESET_ROUNDS = 2
 SETTLE_S = 0.3  # sim s after a move before the scene camera's check (the cube has settled)
@@ -134,7 +134,8 @@ def perception_stack(task: str, image_size: int, robot: str, calibration_dir: st
 
 
 class StampedLog:
-    """Values by stamp, bounded in time; lookups by exact or nearest-before stamp."""
+    """Values in stamp order, the last `span_s` of them: the value nearest a stamp, those in a
+    range, or (arrays) interpolated at a stamp."""
 
     def __init__(self, span_s: float = HISTORY_S):
         self.span_s = span_s
@@ -199,7 +200,6 @@ class CollectorNode:
         self.commands = StampedLog()  # [arm..., width]
         self.engine: StampedLog = StampedLog()  # the engine's chunk figures (expert progress)
         self.safety_events: list[dict] = []
-        self.rejected: dict[str, str] = {}
         sub = node.create_subscription
         for camera in cameras:
             sub(Image, topics.camera_image(camera),
@@ -216,9 +216,8 @@ class CollectorNode:
     def _on_image(self, camera: str, msg: Image) -> None:
         try:
             image = image_from_msg(msg)
-        except ValueError as exc:
-            self.rejected[camera] = str(exc)
-            return
+        except ValueError:
+            return  # a malformed frame is not recorded (the engine reports such frames)
         self.images[camera].add(to_seconds(msg.header.stamp), image)
 
     def _on_state(self, msg: JointState) -> None:

@@ -37,6 +37,7 @@ from vla_runtime.data.experts import (
     ScriptedExpert,
     Waypoint,
     braking_speed,
+    cube_yaw,
     grasp_yaw,
 )
 from vla_runtime.data.scene_perception import (
@@ -160,7 +161,7 @@ class PerceivedExpert(ScriptedExpert):
         if self._frozen is not None:
             return self._frozen
         cube = state.cubes[self.setup.target]
-        yaw = grasp_yaw(_yaw_of(cube_quat), self.yaw_cmd)
+        yaw = grasp_yaw(cube_yaw(cube_quat), self.yaw_cmd)
         x, y = self.goal.place_xy
         grasp = np.array([cube[0], cube[1], GRASP_TCP_Z])
         plan = [
@@ -228,11 +229,6 @@ class _PushedCube:
         moved = self.cube.copy()
         moved[:2] += advance * direction
         self.snapshot.cubes[self.goal.colour] = moved
-
-
-def _yaw_of(quat_wxyz) -> float:
-    w, _, _, z = quat_wxyz
-    return 2.0 * math.atan2(z, w)
 
 
 def _yaw_quat(yaw: float) -> tuple[float, float, float, float]:
@@ -347,8 +343,6 @@ class PerceptionExpert:
         self._widths.clear()
         self._fresh = True
         self._last = None
-        if goal.task in ("place", "pick") and self.perception.held not in (None, goal.colour):
-            self.perception.held = None
 
     def _resume(self, expert: PerceivedExpert, arm, stamp: float, plan) -> tuple[list, float]:
         """Start the expert's setpoint where the plan being executed is one step after `stamp`
@@ -367,11 +361,8 @@ class PerceptionExpert:
             # the previous chunk is what runs now, so the new one starts where it will be.
             self._continue(expert, row, self._previous_row(stamp), stamp + CONTROL_DT)
             return [row], stamp + CONTROL_DT
-        expert.q_cmd = np.array(arm, float)
-        expert.pos_cmd, rotation = self.kinematics.tcp_pose(expert.q_cmd)
-        expert.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
-        expert.velocity = np.zeros(3)
-        expert.yaw_velocity = 0.0
+        self._memory.clear()  # a restart from the measured state: nothing predicted holds
+        self._continue(expert, arm, None, stamp)
         return [], stamp
 
     def _previous_row(self, t: float) -> np.ndarray | None:
@@ -384,24 +375,22 @@ class PerceptionExpert:
         return np.array([np.interp(t, times, rows[:, j]) for j in range(rows.shape[1])])
 
     def _continue(self, expert: PerceivedExpert, row, before, t: float) -> None:
-        """The expert's state at time t, on the chunk row `row` (the one before it, if known,
-        gives the setpoint's velocity)."""
-        memory = self._recall(t)
-        if memory is not None:
-            for name, value in memory.items():
-                setattr(expert, name, value)
+        """The expert's state at time t, on the chunk row `row`: its progress and setpoint
+        velocities as predicted for t, else velocities from the row before (None: at rest)."""
         expert.q_cmd = np.asarray(row[: self.dof], float).copy()
         expert.pos_cmd, rotation = self.kinematics.tcp_pose(expert.q_cmd)
         expert.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
-        expert.velocity = np.zeros(3)
-        expert.yaw_velocity = 0.0
+        memory = self._recall(t)
+        if memory is not None:  # exact velocities: IK rows differ by the solver's noise
+            for name, value in memory.items():
+                setattr(expert, name, value)
+            return
+        expert.velocity, expert.yaw_velocity = np.zeros(3), 0.0
         expert.joint_velocity = np.zeros(self.dof)
-        if memory is not None:  # the setpoint's own velocities (IK rows differ by its noise)
-            for name in ("velocity", "yaw_velocity", "joint_velocity"):
-                setattr(expert, name, memory[name])
-        elif before is not None:
-            expert.joint_velocity = (expert.q_cmd - np.asarray(before[: self.dof])) / CONTROL_DT
-            previous, turned = self.kinematics.tcp_pose(np.asarray(before[: self.dof], float))
+        if before is not None:
+            before = np.asarray(before[: self.dof], float)
+            expert.joint_velocity = (expert.q_cmd - before) / CONTROL_DT
+            previous, turned = self.kinematics.tcp_pose(before)
             expert.velocity = (expert.pos_cmd - previous) / CONTROL_DT
             yaw = math.atan2(turned[1, 0], turned[0, 0])
             turn = (expert.yaw_cmd - yaw + math.pi) % (2 * math.pi) - math.pi
