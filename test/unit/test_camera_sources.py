@@ -227,26 +227,27 @@ def test_sim_source_renders_newest_state_once():
         SimSource("<mujoco/>", "wrist", 32, 24, renderer_cls=FakeRenderer).open()
 
 
+def rendered(source: SimSource, times) -> list[float]:
+    """The states (sim times) of `times` that `source` renders."""
+    out = []
+    for t in times:
+        source.update(t, [1.0])
+        if source.read()[0]:
+            out.append(round(t, 3))
+    return out
+
+
 def test_sim_source_paces_frames_on_sim_time_and_renders_a_reset_at_once():
     source = SimSource("<mujoco/>", "scene", 32, 24, fps=15.0, renderer_cls=FakeRenderer)
     source.open()
-
-    def rendered(times):
-        out = []
-        for t in times:
-            source.update(t, [1.0])
-            if source.read()[0]:
-                out.append(round(t, 3))
-        return out
-
     states = [0.02 * k for k in range(1, 51)]  # 50 Hz for 1 s
-    frames = rendered(states)
+    frames = rendered(source, states)
     assert frames[0] == 0.02 and 14 <= len(frames) <= 16  # 15 per second of sim time
     gaps = np.diff(frames)
     assert gaps.min() >= 0.06 - 1e-9 and gaps.max() <= 0.08 + 1e-9  # on the 20 ms grid
     source.render_next()  # an episode reset: the next state is rendered at once
-    assert rendered([1.02, 1.04]) == [1.02]
-    assert rendered([0.02])  # a sim restarted from 0 starts a new schedule
+    assert rendered(source, [1.02, 1.04]) == [1.02]
+    assert rendered(source, [0.02])  # a sim restarted from 0 starts a new schedule
     every = SimSource("<mujoco/>", "scene", 32, 24, renderer_cls=FakeRenderer)  # fps 0
     every.open()
     for t in (0.001, 0.002):
@@ -258,12 +259,7 @@ def test_sim_cameras_at_one_rate_render_the_same_states_however_they_started():
     def frames(fps: float, states) -> list[float]:
         source = SimSource("<mujoco/>", "scene", 32, 24, fps=fps, renderer_cls=FakeRenderer)
         source.open()
-        out = []
-        for t in states:
-            source.update(t, [1.0])
-            if source.read()[0]:
-                out.append(round(t, 3))
-        return out
+        return rendered(source, states)
 
     states = [round(0.02 * k, 3) for k in range(1, 101)]
     early, late = frames(20.0, states), frames(20.0, states[1:])  # one saw a state later
