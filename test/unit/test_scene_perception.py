@@ -27,7 +27,7 @@ from vla_runtime.sim.tasks import (
 def scene(tcp, cubes: dict, width=0.08, in_hand=None, sigma=0.001) -> PerceivedScene:
     tracks = {c: CubeTrack(np.array(p, float), np.eye(2) * sigma**2, 0.0) for c, p in cubes.items()}
     visible = {IN_HAND: in_hand} if in_hand else {}
-    return PerceivedScene(0.0, np.array(tcp, float), np.eye(3), width, tracks, visible)
+    return PerceivedScene(0.0, np.array(tcp, float), width, tracks, visible)
 
 
 def test_reach_is_judged_on_the_touch_radius_with_a_confidence_from_the_uncertainty():

@@ -168,8 +168,7 @@ class PerceivedScene:
     """The scene as the cameras and joint encoders show it at one instant."""
 
     stamp: float
-    tcp: np.ndarray
-    hand: np.ndarray  # the TCP frame's rotation (3x3)
+    tcp: np.ndarray  # by the arm's kinematics from the joint readings
     gripper_width: float
     cubes: dict[str, CubeTrack]
     visible: dict[str, dict[str, int]]  # camera -> colour -> blob pixels this frame
@@ -183,12 +182,10 @@ class ScenePerception:
         self.hues = {c: hue_deg(COLOURS[c]) for c in colours}
         self.tracker = CubeTracker()
         self.held: str | None = None  # a cube in the hand moves with it: no table estimate
-        self.latest: dict[str, Sighting] = {}
 
-    def tcp_pose(self, arm_q) -> tuple[np.ndarray, np.ndarray]:
-        """The TCP's position and rotation by the arm's kinematics (no camera involved)."""
-        pose = self.rig.chain.tcp_pose(np.asarray(arm_q, float))
-        return pose[:3, 3].copy(), pose[:3, :3].copy()
+    def tcp(self, arm_q) -> np.ndarray:
+        """The TCP's position by the arm's kinematics (no camera involved)."""
+        return self.rig.chain.tcp_position(np.asarray(arm_q, float)).copy()
 
     def _in_hand(self, image, camera: Camera, tcp: np.ndarray) -> dict[str, int]:
         """Per colour, pixels around the fingertips in a flange camera's image, where a held
@@ -207,6 +204,7 @@ class ScenePerception:
         flange whose image is older than `stamp` by more than 5 ms is left out: its pose is
         not known well enough)."""
         camera_stamps = camera_stamps or {}
+        tcp = self.tcp(arm_q)
         seen: dict[str, list[Sighting]] = {}
         visible: dict[str, dict[str, int]] = {}
         for name, image in images.items():
@@ -217,18 +215,14 @@ class ScenePerception:
             camera = self.rig.camera(name, image.shape, arm_q)
             found = sightings(image, camera, name, self.hues, CUBE_SIZE, taken, mounted.on_flange)
             visible[name] = {c: s.pixels for c, s in found.items()}
+            if mounted.on_flange:
+                visible[IN_HAND] = self._in_hand(image, camera, tcp)
             for colour, sighting in found.items():
                 if colour != self.held:
                     seen.setdefault(colour, []).append(sighting)
         for colour, group in seen.items():
             self.tracker.update(colour, group, stamp)
-        tcp, rotation = self.tcp_pose(arm_q)
-        for name, image in images.items():
-            if self.rig.cameras[name].on_flange and name in visible:
-                visible[IN_HAND] = self._in_hand(image, self.rig.camera(name, image.shape, arm_q),
-                                                 tcp)  # fmt: skip
-        return PerceivedScene(stamp, tcp, rotation, float(gripper_width),
-                              dict(self.tracker.tracks), visible)  # fmt: skip
+        return PerceivedScene(stamp, tcp, float(gripper_width), dict(self.tracker.tracks), visible)
 
 
 @dataclass(frozen=True)
