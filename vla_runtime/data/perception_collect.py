@@ -341,10 +341,6 @@ class ResetOutcome:
     physics_error_m: dict = field(default_factory=dict)  # true distance (sim only)
 
 
-class Aborted(Exception):
-    pass
-
-
 class PerceptionCollector:
     """Resets, episodes and labels on one running stack (see the module's docstring)."""
 
@@ -399,10 +395,10 @@ class PerceptionCollector:
     def _show_events(self) -> None:
         events = self.io.safety_events
         for event in events[self._shown_events :]:
-            kind = event.get("event") or event.get("verdict") or "event"
-            if event.get("verdict") in ("accept", "accepted", "ok"):
-                continue
-            detail = event.get("reason") or event.get("message") or ""
+            if event.get("verdict") in ("accept", "clip"):
+                continue  # a chunk let through is not news
+            kind = event.get("verdict") or event.get("event") or "event"
+            detail = "; ".join(event.get("reasons") or []) or event.get("reason") or ""
             self.console.safety_event(f"{event.get('source', '?')}: {kind} {detail}"[:110])
         self._shown_events = len(events)
 
