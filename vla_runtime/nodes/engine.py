@@ -87,7 +87,8 @@ REQUEST_FAILURES = ("inference", "output")
 class EngineParams:
     backend: str = param(f"one of {BACKENDS}", "torch")
     checkpoint: str = param("policy checkpoint directory; empty = random weights "
-                            "(backend python: package.module:callable building the Policy)", "")
+                            "(backend python: package.module:callable building the Policy)",
+                            "")  # fmt: skip
     policy_args: str = param("backend python: JSON object of the callable's keyword arguments",
                              "")  # fmt: skip
     preset: str = param("model size of random weights (no checkpoint)", "tiny")
