@@ -53,6 +53,7 @@ setup(
             "vla-streamer = vla_runtime.nodes.streamer:main",
             "vla-safety = vla_runtime.nodes.safety:main",
             "vla-franky-driver = vla_runtime.drivers.franky_driver:main",
+            "vla-franky-workcell = vla_runtime.drivers.franky_workcell:main",
             "vla-franka-gripper = vla_runtime.drivers.franka_gripper_bridge:main",
             "vla-ur-driver = vla_runtime.drivers.ur_rtde_driver:main",
             "vla-fault-injector = vla_runtime.testing.fault_injector:main",

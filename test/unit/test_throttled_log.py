@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import rclpy.logging
 
 from vla_runtime.ros import runtime
 from vla_runtime.ros.runtime import ThrottledLog
@@ -33,3 +34,11 @@ def test_per_message_logs_a_new_message_at_once_and_repeats_per_period(clock):
     clock[0] += 2.0
     assert log("a") and log("b")
     assert lines == ["a", "b", "a", "b"]
+
+
+def test_two_on_one_node_logger_at_two_severities_both_log():
+    """rclpy fixes a call site's severity per logger object, and both log from one line."""
+    logger = rclpy.logging.get_logger("throttled_log_test")
+    error = ThrottledLog(logger.error, per_message=True)
+    info = ThrottledLog(logger.info, per_message=True)
+    assert error("failed") and info("waiting") and error("failed again") and info("still")

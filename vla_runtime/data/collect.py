@@ -45,6 +45,7 @@ from vla_runtime.sim.tasks import (
     check_task,
     scene_colours,
 )
+from vla_runtime.stack.resolver import coerce_scalar
 from vla_runtime.stack.sim_harness import RosEnv
 
 
@@ -112,6 +113,17 @@ def make_env(task: str, mode: str, image_size: int, robot: str = "fr3"):
     return RosEnv(task, image_size, realtime=mode == "realtime", arguments={"robot": robot})
 
 
+def stack_arguments(items: list[str]) -> dict:
+    """NAME:=VALUE items as stack arguments (typed as the launcher types them)."""
+    arguments = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name:
+            raise ValueError(f"stack arguments are NAME:=VALUE, got {item!r}")
+        arguments[name] = coerce_scalar(value)
+    return arguments
+
+
 def collect_main(argv: list[str] | None = None) -> int:
     parser = CommandParser(
         prog="vla-runtime collect", description="scripted-expert data collection (LeRobot v3)"
@@ -144,33 +156,45 @@ def collect_main(argv: list[str] | None = None) -> int:
                             help="the expert acts on the calibrated cameras through the product "
                                  "stack (safety, streamer, driver), labels success from them and "
                                  "resets the workcell itself; tasks reach, push, pick")  # fmt: skip
-    perception.add_argument(
-        "--sim", action="store_true", help="on the simulated arm (the only target here; default)"
-    )
-    perception.add_argument("--real", action="store_true", help="on a real arm's stack")
+    perception.add_argument("--sim", action="store_true", help="on the simulated arm (the default)")
+    perception.add_argument("--real", action="store_true",
+                            help="on the franka stack (FR3), given its arguments as NAME:=VALUE "
+                                 "(direct:=true robot_ip:=..., or franky_sim:=true direct:=true "
+                                 "for a dry run on franky-sim); implies --perception")  # fmt: skip
     perception.add_argument(
         "--calibration-dir",
-        default="calibration/sim",
-        help="the cameras' calibration (vla-runtime calibrate)",
+        help="the cameras' calibration (vla-runtime calibrate; default: the stack's cameras')",
     )
+    parser.add_argument("arguments", nargs="*", metavar="NAME:=VALUE",
+                        help="--real: the franka stack's arguments")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    if args.real:
-        parser.error("--real: collection on a real arm is not available yet; --sim --perception "
-                     "runs the same perception path on the simulated arm")  # fmt: skip
-    if args.perception:
+    if args.real and args.sim:
+        parser.error("--real and --sim: choose one")
+    if args.arguments and not args.real:
+        parser.error(f"stack arguments ({' '.join(args.arguments)}) are for --real")
+    if args.perception or args.real:
         if args.recover_from:
             parser.error("--perception and --recover-from do not combine")
         try:
+            real = stack_arguments(args.arguments) if args.real else None
             summary = collect_with_perception(
                 args.task, args.episodes, args.out, args.seed, args.image_size,
                 args.robot or "fr3", args.calibration_dir, progress=not args.no_progress,
+                real=real,
             )  # fmt: skip
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))
         print(json.dumps(summary, indent=None if args.json else 2))
-        return 130 if summary["interrupted"] else 0
+        error = summary.get("error")
+        if error == "interrupted":
+            return 130
+        if error or not summary["episodes"]:
+            print(f"vla-runtime collect: failed: {error or 'no episode was recorded'}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        return 0
     if args.recover_from:
         try:
             robot = load_spec(args.recover_from).robot or "fr3"

@@ -1,12 +1,15 @@
-"""`vla-runtime collect --sim --perception`: teleop-free collection that needs nothing a real
-robot lacks. The cubes are found by the calibrated cameras, the expert acts on what they show,
-success is labelled from them, and the robot resets the workcell itself.
+"""`vla-runtime collect --perception --sim | --real`: teleop-free collection that needs nothing a
+real robot lacks. The cubes are found by the calibrated cameras, the expert acts on what they
+show, success is labelled from them, and the robot resets the workcell itself.
 
-The stack is the product's: the sim stack of `vla-runtime launch sim policy:=true`, with the
-engine running the perception expert (`data/perception_expert.py`, backend python) instead of a
-network, so every motion, the resets' included, goes through the safety node, the streamer and
-the driver, in real time. One more camera node publishes the scene camera at its calibrated
-224 px for perception; the dataset keeps the policy's cameras at the policy's size.
+The stack is the product's, with the engine running the perception expert
+(`data/perception_expert.py`, backend python) instead of a network, so every motion, the
+resets' included, goes through the safety node, the streamer and the driver, in real time:
+- `--sim`: the sim stack of `vla-runtime launch sim policy:=true`, plus a camera node that
+  publishes the scene camera at its calibrated 224 px for perception;
+- `--real`: the franka stack (`vla-runtime launch franka policy:=true` with the arm's
+  arguments), its scene camera at 224 px; `franky_sim:=true` dry-runs it on franky-sim.
+The dataset keeps the policy's cameras at the policy's size.
 
 Per episode the collector
 1. resets: plans new places for the next target (and any cube in its way, `data/reset_plan`),
@@ -20,9 +23,9 @@ Per episode the collector
    limit, and commits it to the LeRobot dataset with its label and confidence.
 
 The collector reads only cameras, joint states, commands and the stack's reports. In
-simulation a separate referee (`PhysicsReferee`, on the harness's own node) reads the
-simulator's state to measure the collector: label agreement, localisation error, true success.
-Nothing the referee learns reaches the collector.
+simulation (and on franky-sim) a separate referee (`PhysicsReferee`, on the harness's own node)
+reads the simulator's state to measure the collector: label agreement, localisation error, true
+success. Nothing the referee learns reaches the collector.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Bool, Float64MultiArray, String
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
@@ -61,6 +64,7 @@ from vla_runtime.data.scene_perception import (
     judge,
 )
 from vla_runtime.data.stack_eval import StackDied, StackHarness, StackStalled
+from vla_runtime.drivers.cameras import resize_frame
 from vla_runtime.ros.messages import image_from_msg, joint_state_values, to_seconds
 from vla_runtime.ros.node import RuntimeNode
 from vla_runtime.ros.qos import latched as latched_qos
@@ -79,6 +83,7 @@ PERCEPTION_CAMERA = "scene_hd"  # the scene camera at its calibrated size, for p
 PERCEPTION_SIZE = 224
 PERCEPTION_FPS = 10.0
 PERCEPTION_TASKS = ("reach", "push", "pick")
+STARTUP_S = 180.0  # wall s for the stack's first perceived scene (a busy host starts slowly)
 SUCCESS_FRAMES = 3  # consecutive confident success judgements end an episode
 CONFIDENT = 0.9
 MOVE_TIMEOUT_S = 30.0  # sim s for one reset move
@@ -105,20 +110,12 @@ def perception_stack(task: str, image_size: int, robot: str, calibration_dir: st
         "task": task, "policy": True, "robot": robot, "image_size": image_size,
         "camera_fps": 1.0 / CONTROL_DT, "calibration_dir": calibration_dir,
     })  # fmt: skip
-    arguments = {
-        "calibration_dir": calibration_dir,
-        "cameras": {PERCEPTION_CAMERA: ["scene", PERCEPTION_SIZE], "wrist": ["wrist", image_size]},
-    }
     nodes = []
-    for node in stack.nodes:
-        if node.name == "scheduler":
-            continue
-        if node.name == "engine":
-            node = replace(node, parameters={
-                **node.parameters, "backend": "python", "checkpoint": EXPERT_POLICY,
-                "policy_args": json.dumps(arguments), "cameras": [PERCEPTION_CAMERA, "wrist"],
-                "plan_guidance": True, "threads": 1,
-            })  # fmt: skip
+    for node in _with_expert(
+        stack,
+        {PERCEPTION_CAMERA: ["scene", PERCEPTION_SIZE], "wrist": ["wrist", image_size]},
+        calibration_dir,
+    ).nodes:
         nodes.append(node)
         if node.name == "scene_camera":
             nodes.append(replace(node, name=f"{PERCEPTION_CAMERA}_camera", parameters={
@@ -127,6 +124,48 @@ def perception_stack(task: str, image_size: int, robot: str, calibration_dir: st
                 "frame_id": "scene_optical_frame",
                 "calibration_file": str(Path(calibration_dir) / "scene.yaml"),
             }))  # fmt: skip
+    return replace(stack, nodes=tuple(nodes))
+
+
+def real_perception_stack(image_size: int, robot: str, arguments: dict) -> Stack:
+    """`vla-runtime launch franka policy:=true` with `arguments` (the arm's driver and cameras)
+    and the perception expert as the engine's policy; the scene camera publishes at its
+    calibrated size, which perception reads and the dataset scales down to `image_size`."""
+    if robot != "fr3":
+        raise ValueError(f"--real collects with the franka stack's FR3, not {robot}")
+    stack = resolve_stack("franka", {
+        **arguments, "policy": True, "robot_type": robot, "image_size": image_size,
+        "scene_image_size": PERCEPTION_SIZE, "camera_fps": 1.0 / CONTROL_DT,
+        "backend": "python", "checkpoint": EXPERT_POLICY,
+    })  # fmt: skip
+    return _with_expert(
+        stack,
+        {"scene": ["scene", PERCEPTION_SIZE], "wrist": ["wrist", image_size]},
+        stack_calibration_dir(stack),
+    )
+
+
+def stack_calibration_dir(stack: Stack) -> str:
+    """Where the stack's cameras take their calibration from."""
+    camera = next(n for n in stack.nodes if n.name == "scene_camera")
+    return str(camera.parameters.get("calibration_dir") or "calibration/sim")
+
+
+def _with_expert(stack: Stack, cameras: dict[str, list], calibration: str) -> Stack:
+    """`stack` with the perception expert as its engine's policy (on `cameras`: engine camera
+    -> [calibrated camera, size]) and without the compute scheduler (the expert has no modes)."""
+    arguments = json.dumps({"calibration_dir": calibration, "cameras": cameras})
+    nodes = []
+    for node in stack.nodes:
+        if node.name == "scheduler":
+            continue
+        if node.name == "engine":
+            node = replace(node, parameters={
+                **node.parameters, "backend": "python", "checkpoint": EXPERT_POLICY,
+                "policy_args": arguments, "cameras": list(cameras), "plan_guidance": True,
+                "threads": 1,
+            })  # fmt: skip
+        nodes.append(node)
     return replace(stack, nodes=tuple(nodes))
 
 
@@ -200,6 +239,8 @@ class CollectorNode:
         self.commands = StampedLog()  # [arm..., width]
         self.engine: StampedLog = StampedLog()  # the engine's chunk figures (expert progress)
         self.safety_events: list[dict] = []
+        self.latched = False  # the safety gate holds the arm until an operator recovers it
+        self.latch_reason = ""
         sub = node.create_subscription
         for camera in cameras:
             sub(Image, topics.camera_image(camera),
@@ -209,6 +250,7 @@ class CollectorNode:
         sub(String, topics.SAFETY_EVENTS, self._on_safety, 200)
         sub(String, topics.DRIVER_EVENTS, self._on_safety, 100)
         sub(DiagnosticArray, topics.ENGINE_STATS, self._on_engine_stats, 50)
+        sub(Bool, topics.ESTOP_STATE, self._on_latch, latched_qos(1))
         self._instruction = node.create_publisher(String, topics.INSTRUCTION, latched_qos(1))
         self._episode = node.create_publisher(String, topics.EPISODE, latched_qos(1))
         self._episodes = 0
@@ -248,7 +290,14 @@ class CollectorNode:
             event = json.loads(msg.data)
         except ValueError:
             event = {"event": "malformed", "text": msg.data[:200]}
-        self.safety_events.append(event if isinstance(event, dict) else {"event": str(event)})
+        event = event if isinstance(event, dict) else {"event": str(event)}
+        self.safety_events.append(event)
+        if event.get("source") == "gate" and event.get("event") in ("fault", "estop"):
+            details = {k: v for k, v in event.items() if k not in ("source", "event", "stamp")}
+            self.latch_reason = f"{event['event']} {json.dumps(details)}"[:300]
+
+    def _on_latch(self, msg: Bool) -> None:
+        self.latched = bool(msg.data)
 
     @property
     def now(self) -> float:
@@ -274,8 +323,9 @@ class CollectorNode:
 
 
 class PhysicsReferee:
-    """Sim only: the simulator's state (/sim/scene_state) on the harness's node, to measure the
-    collector against the truth. Never consulted by the collector."""
+    """The simulator's state (/sim/scene_state: the sim driver's, or franky-sim's workcell in a
+    dry run) on the harness's node, to measure the collector against the truth. Never consulted
+    by the collector; on a real arm it hears nothing and measures nothing."""
 
     def __init__(self, harness: StackHarness, task: str):
         self.reader = harness.reader(task)
@@ -295,10 +345,13 @@ class PhysicsReferee:
         found = self.states.between(stamp - 0.1, stamp)
         return self.reader.snapshot(found[-1][1]) if found else None
 
-    def succeeded(self, task: str, target: str, start: float, end: float) -> bool:
+    def succeeded(self, task: str, target: str, start: float, end: float) -> bool | None:
+        """Whether the physics saw success in [start, end]; None without a simulator."""
+        states = self.states.between(start, end)
+        if not states:
+            return None
         setup = EpisodeSetup(task, 0, scene_colours(), target, {}, {})
-        return any(is_success(setup, self.reader.snapshot(q))
-                   for _, q in self.states.between(start, end))  # fmt: skip
+        return any(is_success(setup, self.reader.snapshot(q)) for _, q in states)
 
     def errors(self, estimates: dict, stamp: float) -> dict[str, float]:
         """Per colour, the table distance (m) between an estimate and the truth at `stamp`."""
@@ -310,6 +363,10 @@ class PhysicsReferee:
 
 
 # ------------------------------------------------------------------------------ the collector
+
+
+class SafetyLatched(RuntimeError):
+    """The safety gate latched a stop (e-stop or fault): collection cannot go on unattended."""
 
 
 @dataclass
@@ -353,12 +410,19 @@ class PerceptionCollector:
         dataset_cameras: tuple[str, ...],
         console: CollectConsole,
         seed: int = 0,
+        perception_camera: str = PERCEPTION_CAMERA,
+        image_size: int | None = None,
     ):
-        """`rig`: the calibrated cameras (scene_hd and wrist)."""
+        """`rig`: the calibrated cameras (`perception_camera` and wrist); `image_size`: the
+        dataset's, to which frames of another size are scaled."""
         self.harness, self.task, self.console = harness, task, console
         self.dataset_cameras = dataset_cameras
+        self.perception_camera = perception_camera
+        self.image_size = image_size
         self.colours = scene_colours()
-        self.io = CollectorNode(harness, robot, (*dataset_cameras, PERCEPTION_CAMERA))
+        self.io = CollectorNode(
+            harness, robot, tuple(dict.fromkeys((*dataset_cameras, perception_camera)))
+        )
         self.home = np.array(load_robot(robot).home)
         self.perception = ScenePerception(rig, self.colours)
         self.rng = np.random.default_rng(seed)
@@ -372,10 +436,15 @@ class PerceptionCollector:
     # -- spinning --------------------------------------------------------------------------
 
     def spin_until(self, ready, timeout_s: float, what: str) -> None:
+        """Spin until `ready()`; raises SafetyLatched when the safety gate latches a stop
+        (nothing moves until an operator recovers the arm)."""
+
         def step() -> bool:
             self._keys()
             self._perceive()
             self._show_events()
+            if self.io.latched:
+                raise SafetyLatched(self.io.latch_reason or "e-stop")
             return ready()
 
         self.harness.spin_until(step, timeout_s, what)
@@ -403,17 +472,20 @@ class PerceptionCollector:
         self._shown_events = len(events)
 
     def _perceive(self) -> None:
-        """Perceive every new scene_hd frame (with the wrist frame and joint state of its
-        stamp, when they have arrived)."""
-        hd = self.io.images[PERCEPTION_CAMERA]
-        for stamp, image in hd.between(self._perceived_up_to + 1e-6, hd.newest):
+        """Perceive the new perception camera frames, PERCEPTION_FPS of them a second (with
+        the wrist frame and joint state of their stamps, when they have arrived)."""
+        hd = self.io.images[self.perception_camera]
+        spacing = 0.9 / PERCEPTION_FPS
+        for stamp, image in hd.between(self._perceived_up_to + spacing, hd.newest):
+            if stamp < self._perceived_up_to + spacing:
+                continue
             state = self.io.states.interpolate(stamp)
             if state is None:
                 if self.io.states.newest < stamp:
                     return  # its joint state has not arrived yet
                 self._perceived_up_to = stamp
                 continue
-            images = {PERCEPTION_CAMERA: image}
+            images = {self.perception_camera: image}
             wrist_log = self.io.images["wrist"]
             wrist = wrist_log.at(stamp, 0.002)  # its pose needs the same stamp
             if wrist is None and wrist_log.newest < stamp and self.io.now - stamp < WRIST_WAIT_S:
@@ -582,7 +654,7 @@ class PerceptionCollector:
             outcome.unrecorded = "a cube was never seen during it"
             return None
         return Episode(
-            images={c: np.stack([r[1][k] for r in rows])
+            images={c: np.stack([self._sized(r[1][k]) for r in rows])
                     for k, c in enumerate(self.dataset_cameras)},
             state=np.stack([r[2] for r in rows]).astype(np.float32),
             action=np.stack([r[3] for r in rows]).astype(np.float32),
@@ -599,6 +671,10 @@ class PerceptionCollector:
                 "success_time_s": None,
             },
         )  # fmt: skip
+
+    def _sized(self, image: np.ndarray) -> np.ndarray:
+        size = self.image_size
+        return image if size is None else resize_frame(image, size, size)
 
     def _perceived_state(self, stamp: float, target: str) -> np.ndarray:
         """The env_state columns (target, then each cube) from perception at `stamp`."""
@@ -652,20 +728,28 @@ def collect_with_perception(
     seed: int = 0,
     image_size: int = 96,
     robot: str = "fr3",
-    calibration_dir: str = "calibration/sim",
+    calibration_dir: str | None = None,
     progress: bool = True,
     keys=None,
+    real: dict | None = None,
 ) -> dict:
-    """Collect `episodes` episodes of `task` through the simulated product stack with the
-    perception path (see the module's docstring); returns the summary."""
+    """Collect `episodes` episodes of `task` through the product stack with the perception
+    path (see the module's docstring); returns the summary. The simulated stack, or with `real`
+    the franka stack given those arguments (`real_perception_stack`). `calibration_dir`: the
+    cameras' calibration (default: the stack's)."""
     if task not in PERCEPTION_TASKS:
         raise ValueError(f"--perception collects {', '.join(PERCEPTION_TASKS)}, not {task!r} "
                          "(a moving cube needs a tracked velocity)")  # fmt: skip
     if episodes < 1:
         raise ValueError("--episodes must be at least 1")
-    rig = CameraRig(calibration_dir, {PERCEPTION_CAMERA: "scene", "wrist": "wrist"}, robot)
+    if real is None:
+        camera, calibration_dir = PERCEPTION_CAMERA, calibration_dir or "calibration/sim"
+        stack = perception_stack(task, image_size, robot, calibration_dir)
+    else:
+        camera, stack = "scene", real_perception_stack(image_size, robot, real)
+        calibration_dir = calibration_dir or stack_calibration_dir(stack)
+    rig = CameraRig(calibration_dir, {camera: "scene", "wrist": "wrist"}, robot)
     writer = task_dataset_writer(out, image_size, robot)
-    stack = perception_stack(task, image_size, robot, calibration_dir)
     rng = np.random.default_rng([seed, 7])
     outcomes: list[EpisodeOutcome] = []
     resets: list[ResetOutcome] = []
@@ -673,8 +757,8 @@ def collect_with_perception(
     unrecorded: list[dict] = []
     failure = ""
     started = time.monotonic()
-    console = CollectConsole(episodes, f"collect {task} (perception, {robot})", enabled=progress,
-                             keys=keys)  # fmt: skip
+    title = f"collect {task} (perception, {robot}, {stack.name} stack)"
+    console = CollectConsole(episodes, title, enabled=progress, keys=keys)
     harness = collector = None
     try:
         with console:
@@ -682,8 +766,10 @@ def collect_with_perception(
             harness = StackHarness(stack)
             referee = PhysicsReferee(harness, task)
             collector = PerceptionCollector(harness, task, robot, rig, ("scene", "wrist"),
-                                            console, seed)  # fmt: skip
-            harness.wait_for_first_chunk()
+                                            console, seed, camera, image_size)  # fmt: skip
+            console.activity("waiting for the cameras and the arm")
+            collector.spin_until(lambda: collector.scenes.newest > -math.inf, STARTUP_S,
+                                 "perceived scene (cameras and joint states)")  # fmt: skip
             attempts = 0
             while len(outcomes) < episodes and attempts < 2 * episodes and not collector.abort:
                 collector.spin_until(lambda: not collector.paused or collector.abort,
@@ -717,6 +803,9 @@ def collect_with_perception(
                                      outcome.marked_failed)  # fmt: skip
     except (StackDied, StackStalled) as exc:
         failure = str(exc)[:500]
+    except SafetyLatched as exc:
+        failure = (f"the safety gate latched a stop ({exc}); nothing moves until an operator "
+                   "recovers the arm: vla-runtime recover --reason TEXT")  # fmt: skip
     except KeyboardInterrupt:
         failure = "interrupted"
     finally:

@@ -72,6 +72,12 @@ GRASP_TCP_Z = 0.012
 RISE_Z = 0.12
 HAND_STILL_M = 0.0005  # the fingers moved less than this over HAND_STILL_S: they have stopped
 HAND_STILL_S = 0.12
+# A hand step is done when the fingers reach the commanded width, or stop after moving at least
+# HAND_MOVED_M since the step began (on something in the way), or stay still for HAND_WAIT_S
+# (blocked from the start). A hand whose width is read only between its blocking calls
+# (franky's Gripper) shows no motion until its call ends: stillness alone proves nothing.
+HAND_MOVED_M = 0.002
+HAND_WAIT_S = 3.0
 HOME_SPEED = 0.6  # rad/s of the fastest joint on the way home
 HOME_ACCELERATION = 1.5  # rad/s^2
 
@@ -123,7 +129,9 @@ class PerceivedExpert(ScriptedExpert):
         self.goal = goal
         self.hand_known = True
         self.hand_still = False
+        self.stamp = 0.0  # of the observation the measured width is from
         self._ready_for: float | None = None  # the width the hand was measured to be done at
+        self._hand_step: tuple[float, float, float] | None = None  # goal, width, stamp at start
         self.joint_velocity = np.zeros(kinematics.dof)  # rad/s of the joint setpoint (home)
 
     def _hand_ready(self, point: Waypoint, width: float) -> bool:
@@ -131,7 +139,11 @@ class PerceivedExpert(ScriptedExpert):
             return True
         if not self.hand_known:  # a predicted step: ready only if measured ready already
             return self._ready_for == point.gripper
-        ready = abs(width - point.gripper) < HAND_AT or self.hand_still
+        if self._hand_step is None or self._hand_step[0] != point.gripper:
+            self._hand_step = (point.gripper, width, self.stamp)
+        _, first_width, since = self._hand_step
+        moved = abs(width - first_width) > HAND_MOVED_M or self.stamp - since > HAND_WAIT_S
+        ready = abs(width - point.gripper) < HAND_AT or (self.hand_still and moved)
         self._ready_for = point.gripper if ready else None
         return ready
 
@@ -311,7 +323,7 @@ class PerceptionExpert:
                 expert.carry_from_here()
         track = scene.cubes.get(goal.colour)
         quat = _yaw_quat(track.yaw if track is not None and track.yaw is not None else 0.0)
-        expert.hand_still = self._hand_still(stamp)
+        expert.hand_still, expert.stamp = self._hand_still(stamp), stamp
         self._memory = {t: m for t, m in self._memory.items() if t > stamp - 1.0}
         pushed = _PushedCube(snapshot, goal, expert)
         finished = False

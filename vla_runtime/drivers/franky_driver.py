@@ -97,7 +97,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         self._gripper = None
         self._reconnect = Reconnector()
         self._fault: str | None = None  # the latched libfranka error kind, until recovery
-        self._connect()
+        self._connect_first()
         q0 = self._measured()
         finger = robot.gripper_joints[0] if robot.gripper_joints else None
         self.command = ArmCommand(
@@ -138,6 +138,19 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
         )
 
     # -- connection --------------------------------------------------------------------------
+    def _connect_first(self) -> None:
+        """Connect, retrying refused connections with the reconnector's back-off (about a
+        minute): the arm, or franky-sim started beside the stack, may still be coming up."""
+        while True:
+            try:
+                return self._connect()
+            except self._franky.NetworkException as exc:
+                self._reconnect.lost(time.monotonic())
+                if self._reconnect.state == "failed":
+                    raise
+                self.get_logger().warning(f"{self.robot_ip}: {exc}; retrying")
+                time.sleep(max(0.0, self._reconnect.retry_at - time.monotonic()))
+
     def _connect(self) -> None:
         franky = self._franky
         config = (

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import rclpy
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -152,6 +153,12 @@ class ThrottledLog:
     with `per_message` for each distinct message (a new one is logged at once)."""
 
     def __init__(self, log, period_s: float = 2.0, per_message: bool = False):
+        owner = getattr(log, "__self__", None)
+        if isinstance(owner, RcutilsLogger):
+            # rclpy fixes the severity of a call site per logger object, and every ThrottledLog
+            # logs from one line: an error one and an info one on a node's logger would clash
+            # ("Logger severity cannot be changed between calls"). Each gets its own object.
+            log = getattr(rclpy.logging.get_logger(owner.name), log.__name__)
         self._log, self._period, self._per_message = log, period_s, per_message
         self._last: dict[str | None, float] = {}
 

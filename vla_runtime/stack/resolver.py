@@ -246,7 +246,11 @@ def _arguments(
     given: dict[str, tuple[str, Any]] = {}
     for key, value in overrides.items():
         target = aliases.get(key, key)
-        typed = _typed_like(args[target], value, f"stack {name!r} argument {key}")
+        default = args[target]
+        named = _ARG.fullmatch(default.strip()) if isinstance(default, str) else None
+        if named and named.group(1) in args:  # a default that is another argument: its type
+            default = args[named.group(1)]
+        typed = _typed_like(default, value, f"stack {name!r} argument {key}")
         if target in given and given[target][1] != typed:
             other, other_value = given[target]
             raise StackError(f"stack {name!r}: {other}:={_text(other_value)} and "
@@ -272,7 +276,7 @@ def _variable(name: str, key: str, spec: Any, args: dict[str, Any]) -> Any:
         return substitute(spec, args)
     if "value" not in spec or not isinstance(spec.get("choices"), dict):
         raise StackError(f"stack {name!r}: variable {key!r} needs `value` and `choices`")
-    value = str(substitute(spec["value"], args))
+    value = _text(substitute(spec["value"], args))
     if value not in spec["choices"] and "otherwise" in spec:
         return substitute(spec["otherwise"], args)
     if value not in spec["choices"]:
