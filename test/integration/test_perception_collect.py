@@ -72,7 +72,11 @@ def test_bad_perception_arguments_get_one_line_each(tmp_path):
     for arguments, expected in [
         (["--task", "dynamic_reach"], "--perception collects reach, push, pick"),
         (["--task", "reach", "--calibration-dir", str(tmp_path)], "is not calibrated"),
-        (["--task", "reach", "--real"], "--real"),
+        (["--task", "reach", "--real"], "camera 'scene' is not calibrated"),
+        (["--task", "reach", "--real", "franky_sim:=true"], "add direct:=true"),
+        (["--task", "reach", "--real", "franky_sim"], "NAME:=VALUE"),
+        (["--task", "reach", "--real", "--sim"], "choose one"),
+        (["--task", "reach", "seed:=3"], "are for --real"),
     ]:
         run = subprocess.run(
             [sys.executable, "-m", "vla_runtime.data.collect", "--perception", "--episodes",
