@@ -46,3 +46,11 @@ def test_the_scene_camera_may_publish_bigger_images_than_the_policy_takes():
     assert (found["scene_camera"]["width"], found["wrist_camera"]["width"]) == (224, 96)
     stack = resolve_stack("franka", {"image_size": 96})
     assert [n.parameters["width"] for n in stack.nodes if "camera" in n.name] == [96, 96]
+
+
+def test_the_scene_cameras_size_follows_the_checkpoints_by_default():
+    stack = resolve_stack(
+        "franka", {"direct": True, "franky_sim": True, "policy": True,
+                   "checkpoint": "checkpoints/vla_tiny_sim"},
+    )  # fmt: skip
+    assert [n.parameters["width"] for n in stack.nodes if "camera" in n.name] == [96, 96]

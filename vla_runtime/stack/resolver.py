@@ -332,7 +332,7 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
                              f"{rule['message']}")  # fmt: skip
     # Defaults that name variables wait for them.
     derived = {
-        k for k, v in args.items()
+        k: v for k, v in args.items()
         if k not in given and isinstance(v, str) and _ARG.search(v)
     }  # fmt: skip
     for key, spec in (raw.get("variables") or {}).items():
@@ -347,6 +347,8 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     # Sim time means a simulated arm: the policy's checkpoint may then default to the shipped one.
     decided = policy_arguments(args, given, simulated=use_sim_time)
     args.update(decided)
+    for key, default in derived.items():  # and follow what the checkpoint decided
+        args[key] = substitute(default, args)
     namespace = args[namespace_arg] if namespace_arg is not None else ""
     namespaced = {str(t) for t in substitute(namespace_spec.get("topics") or [], args) if t}
     stack_remaps = substitute(raw.get("remappings") or {}, args)
