@@ -7,9 +7,9 @@ tick) and stamps the scene with it, and the stack runs on sim time. franky-sim's
 loop takes most of a millisecond per tick, so on a busy host it runs behind wall time; the
 whole stack then slows with it rather than seeing an arm that lags its commands.
 
-    python -m vla_runtime.drivers.franky_workcell --ros-args -p seed:=3   # logs the address
-    vla-runtime launch franka direct:=true robot_ip:=ADDRESS realtime_config:=ignore \\
-        camera_source:=sim calibration_dir:=calibration/sim policy:=true
+    vla-runtime launch franka direct:=true franky_sim:=true policy:=true checkpoint:=DIR
+
+starts it with the franky driver on its address and the cameras rendering its scene.
 
 Physics ticks at 1 kHz on absolute deadlines; a tick that overruns skips the missed ones
 (never a burst to catch up).

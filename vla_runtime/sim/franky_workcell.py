@@ -21,11 +21,9 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.scene import build_scene
 from vla_runtime.sim.simulator import MODEL_FINGER_JOINTS
 from vla_runtime.sim.tasks import add_zone_marker, make_setup, task_scene_config
-from vla_runtime.sim.workcell import COLOURS, cube_names
+from vla_runtime.sim.workcell import COLOURS, CUBE_FRICTION, CUBE_MASS, cube_names
 
 ROBOT_PREFIX = "robot0_"  # franky-sim's name prefix of its first robot
-CUBE_MASS = 0.05  # kg, as the workcell's cubes
-CUBE_FRICTION = "1.0 0.01 0.001"
 
 
 class FrankyWorkcell:
@@ -56,7 +54,7 @@ class FrankyWorkcell:
             ET.SubElement(body, "freejoint", name=name)
             ET.SubElement(body, "geom", name=name, type="box", size=_text([half] * 3),
                           rgba=_text(COLOURS[colour]), mass=str(CUBE_MASS),
-                          friction=CUBE_FRICTION)  # fmt: skip
+                          friction=_text(CUBE_FRICTION))  # fmt: skip
         kwargs = {"hostname_candidates": [hostname]} if hostname else {}
         self.server = franky_sim.SimulationServer(self.sim, **kwargs)
         self.server.init()  # binds the FCI ports and compiles the scene

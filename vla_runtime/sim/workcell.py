@@ -27,6 +27,8 @@ COLOURS: dict[str, tuple[float, float, float, float]] = {
 CUBE_REGION_X = (0.35, 0.65)
 CUBE_REGION_Y = (-0.25, 0.25)
 CUBE_SPACING = 0.08
+CUBE_MASS = 0.05  # kg
+CUBE_FRICTION = (1.0, 0.01, 0.001)  # sliding, torsional, rolling
 TABLE_HALF_SIZE = (0.6, 0.8, 0.02)
 TABLE_CENTRE_X = 0.35
 FLOOR_Z = -0.75
@@ -150,8 +152,8 @@ def add_workcell(spec: mujoco.MjSpec, config: SceneConfig) -> list[tuple[np.ndar
             type=mujoco.mjtGeom.mjGEOM_BOX,
             size=[half, half, half],
             rgba=list(COLOURS[colour]),
-            mass=0.05,
-            friction=[1.0, 0.01, 0.001],
+            mass=CUBE_MASS,
+            friction=list(CUBE_FRICTION),
         )
 
     if "scene" in config.cameras:
