@@ -83,6 +83,7 @@ PERCEPTION_CAMERA = "scene_hd"  # the scene camera at its calibrated size, for p
 PERCEPTION_SIZE = 224
 PERCEPTION_FPS = 10.0
 PERCEPTION_TASKS = ("reach", "push", "pick")
+LATCH_REASON_S = 1.0  # wall s to wait for the report of why the gate latched
 STARTUP_S = 180.0  # wall s for the stack's first perceived scene (a busy host starts slowly)
 SUCCESS_FRAMES = 3  # consecutive confident success judgements end an episode
 CONFIDENT = 0.9
@@ -221,6 +222,11 @@ class StampedLog:
         return self.stamps[-1] if self.stamps else -math.inf
 
 
+# Reports of what latches the safety gate: its own faults and e-stops, a driver's reflex or
+# protective stop (and the gate's record of it), a latch that outlived a restart.
+LATCHING_EVENTS = ("fault", "estop", "reflex", "driver_fault", "latch_restored")
+
+
 class CollectorNode:
     """The collector's rclpy node: the cameras, joint states and commands it records, the
     stack's safety reports it shows, and the instruction and episode it announces."""
@@ -292,8 +298,8 @@ class CollectorNode:
             event = {"event": "malformed", "text": msg.data[:200]}
         event = event if isinstance(event, dict) else {"event": str(event)}
         self.safety_events.append(event)
-        if event.get("source") == "gate" and event.get("event") in ("fault", "estop"):
-            details = {k: v for k, v in event.items() if k not in ("source", "event", "stamp")}
+        if event.get("event") in LATCHING_EVENTS:
+            details = {k: v for k, v in event.items() if k not in ("event", "stamp")}
             self.latch_reason = f"{event['event']} {json.dumps(details)}"[:300]
 
     def _on_latch(self, msg: Bool) -> None:
@@ -432,6 +438,7 @@ class PerceptionCollector:
         self.abort = False
         self._mark_failed = False
         self._shown_events = 0
+        self._latched_at: float | None = None
 
     # -- spinning --------------------------------------------------------------------------
 
@@ -444,7 +451,11 @@ class PerceptionCollector:
             self._perceive()
             self._show_events()
             if self.io.latched:
-                raise SafetyLatched(self.io.latch_reason or "e-stop")
+                # The latch and its reason come on two topics: give the reason a moment.
+                if self._latched_at is None:
+                    self._latched_at = time.monotonic()
+                if self.io.latch_reason or time.monotonic() - self._latched_at > LATCH_REASON_S:
+                    raise SafetyLatched(self.io.latch_reason or "no reason reported")
             return ready()
 
         self.harness.spin_until(step, timeout_s, what)
