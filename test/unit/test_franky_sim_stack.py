@@ -27,6 +27,10 @@ def test_the_stack_runs_on_franky_sims_clock_at_the_control_rate():
     workcell = found.pop("franky_workcell")
     assert workcell["use_sim_time"] is False  # the clock source
     assert workcell["clock_rate_hz"] == 200.0  # sim-time timers fire on /clock updates
+    # The cameras stamp frames with the scene states' sim time and need no clock.
+    cameras = [found.pop(c) for c in ("scene_camera", "wrist_camera")]
+    assert all(p["use_sim_time"] is False for p in cameras)
+    assert sorted(found) == ["engine", "franky_driver", "safety", "streamer"]
     assert all(p["use_sim_time"] is True for p in found.values())
 
 
