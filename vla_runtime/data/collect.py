@@ -32,6 +32,7 @@ from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
     sigint_deferred,
+    sigint_noted,
     task_dataset_writer,
 )
 from vla_runtime.data.perception_collect import collect_with_perception
@@ -72,23 +73,28 @@ def collect(
     started = time.perf_counter()
     interrupted = False
     bar = tqdm(total=episodes, desc=f"collect {task}", unit="ep", disable=not progress)
-    try:
-        for k in range(episodes):
-            episode, figures = run_expert_episode(env, task, seed + k, reader)
-            with sigint_deferred() as deferred:  # a finished episode is committed and counted
-                writer.add_episode(episode)
-                done += 1
-                successes += figures["success"]
-                frames += figures["frames"]
-            if deferred.hit:
-                raise KeyboardInterrupt
-            bar.update(1)
-            bar.set_postfix(success=f"{successes / done:.2f}")
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        bar.close()
-        env.close()
+    with sigint_noted() as sigint:
+        try:
+            for k in range(episodes):
+                episode, figures = run_expert_episode(env, task, seed + k, reader)
+                with sigint_deferred() as deferred:  # a finished episode is committed, counted
+                    writer.add_episode(episode)
+                    done += 1
+                    successes += figures["success"]
+                    frames += figures["frames"]
+                if deferred.hit:
+                    raise KeyboardInterrupt
+                bar.update(1)
+                bar.set_postfix(success=f"{successes / done:.2f}")
+        except KeyboardInterrupt:
+            interrupted = True
+        except RuntimeError:
+            if not sigint.hit:
+                raise
+            interrupted = True  # the Ctrl-C landed inside a C++ call
+        finally:
+            bar.close()
+            env.close()
     elapsed = time.perf_counter() - started
     return {
         "task": task,

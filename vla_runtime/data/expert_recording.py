@@ -132,3 +132,24 @@ def sigint_deferred():
         yield deferred
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def sigint_noted():
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt as usual, and `.hit` records that it came: one
+    that lands inside a C++ call (rclpy taking a message) reaches Python as pybind11's
+    RuntimeError ("Unable to convert call argument"), not as KeyboardInterrupt."""
+    noted = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def interrupt(signum, frame):
+        noted.hit = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -50,6 +50,7 @@ from vla_runtime.data.collect_console import CollectConsole
 from vla_runtime.data.expert_recording import (
     POST_SUCCESS_STEPS,
     sigint_deferred,
+    sigint_noted,
     task_dataset_writer,
 )
 from vla_runtime.data.lerobot.writer import Episode
@@ -771,59 +772,64 @@ def collect_with_perception(
     title = f"collect {task} (perception, {robot}, {stack.name} stack)"
     console = CollectConsole(episodes, title, enabled=progress, keys=keys)
     harness = collector = None
-    try:
-        with console:
-            console.activity("starting the stack")
-            harness = StackHarness(stack)
-            referee = PhysicsReferee(harness, task)
-            collector = PerceptionCollector(harness, task, robot, rig, ("scene", "wrist"),
-                                            console, seed, camera, image_size)  # fmt: skip
-            console.activity("waiting for the cameras and the arm")
-            collector.spin_until(lambda: collector.scenes.newest > -math.inf, STARTUP_S,
-                                 "perceived scene (cameras and joint states)")  # fmt: skip
-            attempts = 0
-            while len(outcomes) < episodes and attempts < 2 * episodes and not collector.abort:
-                collector.spin_until(lambda: not collector.paused or collector.abort,
-                                     math.inf, "the operator to resume")  # fmt: skip
-                if collector.abort:
-                    break
-                attempts += 1
-                target = str(rng.choice(collector.colours))
-                reset = collector.reset(target)
-                reset.physics_error_m = referee.errors(reset.moves, reset.stamp)
-                resets.append(reset)
-                console.reset_done(reset.ok, reset.reason)
-                if not reset.ok:
-                    continue
-                scene = collector.fresh_scene(collector.io.now - 0.2)
-                estimates = {c: t.position for c, t in scene.cubes.items()}
-                start_errors.extend(referee.errors(estimates, scene.stamp).values())
-                outcome, episode = collector.episode(len(outcomes), target)
-                outcome.physics_success = referee.succeeded(task, target, outcome.started,
-                                                            outcome.ended)  # fmt: skip
-                if episode is None:
-                    unrecorded.append(_episode_line(outcome))
-                    console.safety_event(f"episode not recorded: {outcome.unrecorded}")
-                    continue
-                with sigint_deferred() as deferred:
-                    writer.add_episode(episode)
-                    outcomes.append(outcome)
-                if deferred.hit:
-                    raise KeyboardInterrupt
-                console.episode_done(outcome.label.success, outcome.label.confidence,
-                                     outcome.marked_failed)  # fmt: skip
-    except (StackDied, StackStalled) as exc:
-        failure = str(exc)[:500]
-    except SafetyLatched as exc:
-        failure = (f"the safety gate latched a stop ({exc}); nothing moves until an operator "
-                   "recovers the arm: vla-runtime recover --reason TEXT")  # fmt: skip
-    except KeyboardInterrupt:
-        failure = "interrupted"
-    finally:
-        if collector is not None:
-            collector.close()
-        if harness is not None:
-            harness.close()
+    with sigint_noted() as sigint:
+        try:
+            with console:
+                console.activity("starting the stack")
+                harness = StackHarness(stack)
+                referee = PhysicsReferee(harness, task)
+                collector = PerceptionCollector(harness, task, robot, rig, ("scene", "wrist"),
+                                                console, seed, camera, image_size)  # fmt: skip
+                console.activity("waiting for the cameras and the arm")
+                collector.spin_until(lambda: collector.scenes.newest > -math.inf, STARTUP_S,
+                                     "perceived scene (cameras and joint states)")  # fmt: skip
+                attempts = 0
+                while len(outcomes) < episodes and attempts < 2 * episodes and not collector.abort:
+                    collector.spin_until(lambda: not collector.paused or collector.abort,
+                                         math.inf, "the operator to resume")  # fmt: skip
+                    if collector.abort:
+                        break
+                    attempts += 1
+                    target = str(rng.choice(collector.colours))
+                    reset = collector.reset(target)
+                    reset.physics_error_m = referee.errors(reset.moves, reset.stamp)
+                    resets.append(reset)
+                    console.reset_done(reset.ok, reset.reason)
+                    if not reset.ok:
+                        continue
+                    scene = collector.fresh_scene(collector.io.now - 0.2)
+                    estimates = {c: t.position for c, t in scene.cubes.items()}
+                    start_errors.extend(referee.errors(estimates, scene.stamp).values())
+                    outcome, episode = collector.episode(len(outcomes), target)
+                    outcome.physics_success = referee.succeeded(task, target, outcome.started,
+                                                                outcome.ended)  # fmt: skip
+                    if episode is None:
+                        unrecorded.append(_episode_line(outcome))
+                        console.safety_event(f"episode not recorded: {outcome.unrecorded}")
+                        continue
+                    with sigint_deferred() as deferred:
+                        writer.add_episode(episode)
+                        outcomes.append(outcome)
+                    if deferred.hit:
+                        raise KeyboardInterrupt
+                    console.episode_done(outcome.label.success, outcome.label.confidence,
+                                         outcome.marked_failed)  # fmt: skip
+        except (StackDied, StackStalled) as exc:
+            failure = str(exc)[:500]
+        except SafetyLatched as exc:
+            failure = (f"the safety gate latched a stop ({exc}); nothing moves until an operator "
+                       "recovers the arm: vla-runtime recover --reason TEXT")  # fmt: skip
+        except KeyboardInterrupt:
+            failure = "interrupted"
+        except RuntimeError:
+            if not sigint.hit:
+                raise
+            failure = "interrupted"  # the Ctrl-C landed inside a C++ call
+        finally:
+            if collector is not None:
+                collector.close()
+            if harness is not None:
+                harness.close()
     elapsed = time.monotonic() - started
     summary = summarise(task, robot, outcomes, resets, start_errors, elapsed, failure, writer, out)
     return {**summary, "unrecorded": unrecorded}
