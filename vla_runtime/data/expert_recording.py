@@ -115,41 +115,33 @@ class _Deferred:
     hit = False
 
 
-@contextlib.contextmanager
 def sigint_deferred():
     """Hold Ctrl-C (SIGINT) back while the block runs; `.hit` says whether one came. Only the
     main thread can own signal handlers; elsewhere the block runs unprotected."""
-    deferred = _Deferred()
-    if threading.current_thread() is not threading.main_thread():
-        yield deferred
-        return
-
-    def hold(signum, frame):
-        deferred.hit = True
-
-    previous = signal.signal(signal.SIGINT, hold)
-    try:
-        yield deferred
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    return _sigint_recorded(interrupt=False)
 
 
-@contextlib.contextmanager
 def sigint_noted():
     """Ctrl-C (SIGINT) raises KeyboardInterrupt as usual, and `.hit` records that it came: one
     that lands inside a C++ call (rclpy taking a message) reaches Python as pybind11's
     RuntimeError ("Unable to convert call argument"), not as KeyboardInterrupt."""
-    noted = _Deferred()
+    return _sigint_recorded(interrupt=True)
+
+
+@contextlib.contextmanager
+def _sigint_recorded(interrupt: bool):
+    recorded = _Deferred()
     if threading.current_thread() is not threading.main_thread():
-        yield noted
+        yield recorded
         return
 
-    def interrupt(signum, frame):
-        noted.hit = True
-        raise KeyboardInterrupt
+    def handler(signum, frame):
+        recorded.hit = True
+        if interrupt:
+            raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, interrupt)
+    previous = signal.signal(signal.SIGINT, handler)
     try:
-        yield noted
+        yield recorded
     finally:
         signal.signal(signal.SIGINT, previous)
