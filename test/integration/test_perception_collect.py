@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from std_msgs.msg import Float64MultiArray
 
+from vla_runtime.data.collect import collect_main
 from vla_runtime.data.lerobot.reader import load_episode, load_metadata
 from vla_runtime.data.perception_collect import CollectorNode, collect_with_perception
 from vla_runtime.ros.node import RuntimeNode
@@ -47,8 +48,10 @@ def test_a_reach_episode_is_collected_reset_and_labelled_from_the_cameras(
 ):
     taken = poison_the_simulator_for_the_collector(monkeypatch)
     out = tmp_path / "data"
-    summary = collect_with_perception("reach", 1, out, seed=3, progress=False)
+    # The episode starts from a random hand pose: the reset's last move goes through the stack.
+    summary = collect_with_perception("reach", 1, out, seed=3, progress=False, random_starts=1.0)
     assert taken == []
+    assert summary["random_starts"] == 1
     assert not summary["interrupted"], summary.get("error")
     assert summary["episodes"] == 1 and summary["dataset_episodes"] == 1
     assert summary["resets"]["ok"] >= 1
@@ -66,6 +69,7 @@ def test_a_reach_episode_is_collected_reset_and_labelled_from_the_cameras(
     assert np.abs(episode.action[:, :7] - episode.state[:, :7]).max() > 0.001
     extra = json.loads(meta.episodes[0]["extra"])
     assert extra["label_source"] == "perception" and extra["label_confidence"] > 0.5
+    assert len(extra["start_pose"]) == 4  # x, y, z, yaw
 
 
 def test_bad_perception_arguments_get_one_line_each(tmp_path):
@@ -77,6 +81,7 @@ def test_bad_perception_arguments_get_one_line_each(tmp_path):
         (["--task", "reach", "--real", "franky_sim"], "NAME:=VALUE"),
         (["--task", "reach", "--real", "--sim"], "choose one"),
         (["--task", "reach", "seed:=3"], "are for --real"),
+        (["--task", "reach", "--random-starts", "1.5"], "is a fraction of episodes, not 1.5"),
     ]:
         run = subprocess.run(
             [sys.executable, "-m", "vla_runtime.data.collect", "--perception", "--episodes",
@@ -86,3 +91,11 @@ def test_bad_perception_arguments_get_one_line_each(tmp_path):
         assert run.returncode == 2, run.stderr
         assert expected in run.stderr
         assert "Traceback" not in run.stderr
+
+
+def test_random_starts_are_refused_without_perception(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        collect_main(["--task", "reach", "--episodes", "1", "--out", str(tmp_path / "d"),
+                      "--mode", "inprocess", "--random-starts", "0.5"])  # fmt: skip
+    assert stopped.value.code == 2
+    assert "--random-starts is for --perception" in capsys.readouterr().err

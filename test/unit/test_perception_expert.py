@@ -14,10 +14,12 @@ from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.data import perception_collect, perception_expert, scene_perception
 from vla_runtime.data.perception_expert import (
     HOME,
+    MOVE,
     PLACE,
     PerceptionExpert,
     parse_instruction,
 )
+from vla_runtime.data.reset_plan import START_TOLERANCE_M, random_start
 from vla_runtime.engine.policy import Observation, PolicyError
 from vla_runtime.sim.env import PHYSICS_STEPS
 from vla_runtime.sim.render import SceneRenderer
@@ -99,6 +101,23 @@ def test_the_expert_moves_a_cube_to_a_place_and_returns_home(loop):
 
 
 @pytest.mark.parametrize("loop", ["reach"], indirect=True)
+def test_an_episode_from_a_random_start_pose_still_solves_the_task(loop):
+    sim = loop.sim
+    sim.randomize(3)
+    sim.step(PHYSICS_STEPS)
+    pose = random_start(np.random.default_rng(5))
+    x, y, z, yaw = pose
+    assert loop.run(MOVE.format(x=x, y=y, z=z, yaw=yaw), 200) is not None
+    tcp, rotation = loop.policy.kinematics.tcp_pose(sim.arm_positions)
+    assert np.linalg.norm(tcp - pose[:3]) < START_TOLERANCE_M
+    assert abs(np.arctan2(rotation[1, 0], rotation[0, 0]) - yaw) < 0.02
+    assert np.linalg.norm(tcp - loop.policy.kinematics.tcp_pose(sim.robot.home)[0]) > 0.05
+    instruction = INSTRUCTIONS["reach"].format(colour=sim.setup.target)
+    solved = lambda: is_success(sim.setup, sim.snapshot())  # noqa: E731
+    assert loop.run(instruction, sim.setup.max_steps, solved) is not None
+
+
+@pytest.mark.parametrize("loop", ["reach"], indirect=True)
 def test_a_chunk_follows_the_plan_it_is_given_then_goes_on_without_a_jump(loop):
     sim = loop.sim
     sim.randomize(0)
@@ -132,6 +151,8 @@ def test_instructions_are_parsed_or_refused():
     place = parse_instruction(PLACE.format(colour="red", x=0.45, y=-0.1))
     assert place.task == "place" and place.colour == "red" and place.place_xy == (0.45, -0.1)
     assert parse_instruction(HOME).task == "home"
+    move = parse_instruction(MOVE.format(x=0.4, y=-0.05, z=0.2, yaw=-0.3))
+    assert move.task == "move" and move.pose == (0.4, -0.05, 0.2, -0.3)
     for text in ("touch the moving red cube", "pick up the pink cube", "dance"):
         with pytest.raises(PolicyError):
             parse_instruction(text)

@@ -168,6 +168,11 @@ def collect_main(argv: list[str] | None = None) -> int:
                                  "(direct:=true robot_ip:=..., or franky_sim:=true direct:=true "
                                  "for a dry run on franky-sim); implies --perception")  # fmt: skip
     perception.add_argument(
+        "--random-starts", type=float, default=0.0, metavar="FRACTION",
+        help="this fraction of episodes starts from a random hand pose between home and the "
+        "cubes instead of home (0-1; default 0)",
+    )  # fmt: skip
+    perception.add_argument(
         "--calibration-dir",
         help="the cameras' calibration (vla-runtime calibrate; default: the stack's cameras')",
     )
@@ -180,6 +185,8 @@ def collect_main(argv: list[str] | None = None) -> int:
         parser.error("--real and --sim: choose one")
     if args.arguments and not args.real:
         parser.error(f"stack arguments ({' '.join(args.arguments)}) are for --real")
+    if args.random_starts and not (args.perception or args.real):
+        parser.error("--random-starts is for --perception and --real collection")
     if args.perception or args.real:
         if args.recover_from:
             parser.error("--perception and --recover-from do not combine")
@@ -188,7 +195,7 @@ def collect_main(argv: list[str] | None = None) -> int:
             summary = collect_with_perception(
                 args.task, args.episodes, args.out, args.seed, args.image_size,
                 args.robot or "fr3", args.calibration_dir, progress=not args.no_progress,
-                real=real,
+                real=real, random_starts=args.random_starts,
             )  # fmt: skip
         except (ValueError, FileNotFoundError) as exc:
             parser.error(str(exc))

@@ -273,7 +273,8 @@ class ScriptedExpert:
         self._still_steps = self._still_steps + 1 if moved < HAND_STILL else 0
         self._width = width
         point = self._advance(self.plan(state, cube_quat), width)
-        self._previous_cube = state.cubes[self.setup.target].copy()
+        cube = state.cubes.get(self.setup.target)  # none seen: a move that needs no cube
+        self._previous_cube = None if cube is None else cube.copy()
         target = point.position if self._hand_ready(point, width) else self.pos_cmd  # hand first
         step = target - self.pos_cmd
         distance = float(np.linalg.norm(step))

@@ -15,6 +15,8 @@ Per episode the collector
 1. resets: plans new places for the next target (and any cube in its way, `data/reset_plan`),
    tells the expert `place the <colour> cube at (x, y)` for each and then `return to home`,
    and checks the result with the scene camera; an episode whose reset failed is not started;
+   with `random_starts`, that fraction of episodes then starts from a random hand pose
+   (`move the hand to (x, y, z) at yaw Y`, `reset_plan.random_start`) instead of home;
 2. announces the episode (/vla/episode) with the task's instruction and records every camera
    frame pair with the joint state at its stamp and, as the action, the command the streamer
    sent for one control period later (/vla/command);
@@ -54,8 +56,14 @@ from vla_runtime.data.expert_recording import (
     task_dataset_writer,
 )
 from vla_runtime.data.lerobot.writer import Episode
-from vla_runtime.data.perception_expert import HOME, PLACE
-from vla_runtime.data.reset_plan import PLACED_TOLERANCE_M, layout_problems, plan_reset
+from vla_runtime.data.perception_expert import HOME, MOVE, PLACE
+from vla_runtime.data.reset_plan import (
+    PLACED_TOLERANCE_M,
+    START_TOLERANCE_M,
+    layout_problems,
+    plan_reset,
+    random_start,
+)
 from vla_runtime.data.scene_perception import (
     HELD_WIDTH,
     IN_HAND,
@@ -392,6 +400,7 @@ class EpisodeOutcome:
     chunks: int = 0
     chunks_without_plan: int = 0  # started from the measured state, not the running plan
     unrecorded: str = ""  # why no frame of it could be recorded
+    start: tuple | None = None  # the hand pose it started from (x, y, z, yaw); None: home
 
 
 @dataclass
@@ -403,6 +412,7 @@ class ResetOutcome:
     rounds: int = 1
     stamp: float = math.nan  # of the scene the layout was checked on
     physics_error_m: dict = field(default_factory=dict)  # true distance (sim only)
+    start: tuple | None = None  # the hand pose the episode starts from; None: home
 
 
 class PerceptionCollector:
@@ -419,9 +429,11 @@ class PerceptionCollector:
         seed: int = 0,
         perception_camera: str = PERCEPTION_CAMERA,
         image_size: int | None = None,
+        random_starts: float = 0.0,
     ):
         """`rig`: the calibrated cameras (`perception_camera` and wrist); `image_size`: the
-        dataset's, to which frames of another size are scaled."""
+        dataset's, to which frames of another size are scaled; `random_starts`: the fraction
+        of episodes that start from a random hand pose instead of home."""
         self.harness, self.task, self.console = harness, task, console
         self.dataset_cameras = dataset_cameras
         self.perception_camera = perception_camera
@@ -433,6 +445,7 @@ class PerceptionCollector:
         self.home = np.array(load_robot(robot).home)
         self.perception = ScenePerception(rig, self.colours)
         self.rng = np.random.default_rng(seed)
+        self.random_starts = random_starts
         self._perceived_up_to = -math.inf
         self.scenes = StampedLog()  # PerceivedScene per perception frame
         self.paused = False
@@ -540,6 +553,8 @@ class PerceptionCollector:
         for round_ in range(1, RESET_ROUNDS + 1):
             outcome = self._reset_round(target)
             outcome.rounds = round_
+            if outcome.ok and self.rng.random() < self.random_starts:
+                self._move_to_start(outcome)
             if outcome.ok or self.abort:
                 break
             self.console.safety_event(f"reset round {round_} failed: {outcome.reason}"[:110])
@@ -589,8 +604,23 @@ class PerceptionCollector:
             outcome.ok, outcome.reason = False, "; ".join(problems)
         return outcome
 
-    def episode(self, index: int, target: str) -> tuple[EpisodeOutcome, Episode | None]:
-        """Record one episode of the task on `target`, labelled from perception."""
+    def _move_to_start(self, outcome: ResetOutcome) -> None:
+        """Move the hand from home to a random start pose; a start the hand did not reach
+        fails the reset."""
+        pose = random_start(self.rng)
+        x, y, z, yaw = pose
+        _, finished = self._segment(MOVE.format(x=x, y=y, z=z, yaw=yaw), "reset", HOME_TIMEOUT_S)
+        self.wait_until_time(self.io.now + SETTLE_S, "the arm to settle")
+        off = float(np.linalg.norm(self.fresh_scene(self.io.now).tcp - pose[:3]))
+        outcome.start = tuple(round(v, 4) for v in pose)
+        if not finished or off > START_TOLERANCE_M:
+            outcome.ok = False
+            outcome.reason = f"the hand did not reach its start ({100 * off:.1f} cm off)"
+
+    def episode(self, index: int, target: str, start_pose: tuple | None = None
+                ) -> tuple[EpisodeOutcome, Episode | None]:  # fmt: skip
+        """Record one episode of the task on `target`, labelled from perception; it starts
+        where the reset left the hand (`start_pose`, None: home)."""
         instruction = INSTRUCTIONS[self.task].format(colour=target)
         self.io.safety_events.clear()
         self._shown_events = 0
@@ -630,7 +660,7 @@ class PerceptionCollector:
         outcome = EpisodeOutcome(index, target, label, 0, end - start, start, end,
                                  marked_failed=self._mark_failed, aborted=self.abort,
                                  vetoes=vetoes, chunks=len(chunks),
-                                 chunks_without_plan=unguided)  # fmt: skip
+                                 chunks_without_plan=unguided, start=start_pose)  # fmt: skip
         episode = self._episode_data(start, end, instruction, outcome, judged)
         outcome.frames = len(episode) if episode is not None else 0
         return outcome, episode
@@ -681,6 +711,7 @@ class PerceptionCollector:
                 "label_confidence": round(float(outcome.label.confidence), 4),
                 "marked_failed": outcome.marked_failed, "aborted": outcome.aborted,
                 "success_time_s": None,
+                "start_pose": list(outcome.start) if outcome.start else "home",
             },
         )  # fmt: skip
 
@@ -744,16 +775,20 @@ def collect_with_perception(
     progress: bool = True,
     keys=None,
     real: dict | None = None,
+    random_starts: float = 0.0,
 ) -> dict:
     """Collect `episodes` episodes of `task` through the product stack with the perception
     path (see the module's docstring); returns the summary. The simulated stack, or with `real`
     the franka stack given those arguments (`real_perception_stack`). `calibration_dir`: the
-    cameras' calibration (default: the stack's)."""
+    cameras' calibration (default: the stack's). `random_starts`: the fraction of episodes
+    that start from a random hand pose instead of home."""
     if task not in PERCEPTION_TASKS:
         raise ValueError(f"--perception collects {', '.join(PERCEPTION_TASKS)}, not {task!r} "
                          "(a moving cube needs a tracked velocity)")  # fmt: skip
     if episodes < 1:
         raise ValueError("--episodes must be at least 1")
+    if not 0.0 <= random_starts <= 1.0:
+        raise ValueError(f"--random-starts is a fraction of episodes, not {random_starts}")
     if real is None:
         camera, calibration_dir = PERCEPTION_CAMERA, calibration_dir or "calibration/sim"
         stack = perception_stack(task, image_size, robot, calibration_dir)
@@ -779,7 +814,8 @@ def collect_with_perception(
                 harness = StackHarness(stack)
                 referee = PhysicsReferee(harness, task)
                 collector = PerceptionCollector(harness, task, robot, rig, ("scene", "wrist"),
-                                                console, seed, camera, image_size)  # fmt: skip
+                                                console, seed, camera, image_size,
+                                                random_starts)  # fmt: skip
                 console.activity("waiting for the cameras and the arm")
                 collector.spin_until(lambda: collector.scenes.newest > -math.inf, STARTUP_S,
                                      "perceived scene (cameras and joint states)")  # fmt: skip
@@ -800,7 +836,7 @@ def collect_with_perception(
                     scene = collector.fresh_scene(collector.io.now - 0.2)
                     estimates = {c: t.position for c, t in scene.cubes.items()}
                     start_errors.extend(referee.errors(estimates, scene.stamp).values())
-                    outcome, episode = collector.episode(len(outcomes), target)
+                    outcome, episode = collector.episode(len(outcomes), target, reset.start)
                     outcome.physics_success = referee.succeeded(task, target, outcome.started,
                                                                 outcome.ended)  # fmt: skip
                     if episode is None:
@@ -851,6 +887,7 @@ def _episode_line(outcome: EpisodeOutcome) -> dict:
         "physics": outcome.physics_success, "frames": outcome.frames,
         "seconds": round(outcome.seconds, 2), "vetoes": outcome.vetoes,
         "chunks": outcome.chunks, "chunks_without_plan": outcome.chunks_without_plan,
+        "start": list(outcome.start) if outcome.start else "home",
         **({"unrecorded": outcome.unrecorded} if outcome.unrecorded else {}),
         **{k: round(v, 4) if isinstance(v, float) else v for k, v in outcome.label.detail.items()},
     }  # fmt: skip
@@ -887,6 +924,7 @@ def summarise(task, robot, outcomes, resets, start_errors, elapsed, failure, wri
                    "placement_error_truth_m": _distribution(placed_truth)},
         "localisation_error_m": localisation,
         "episodes_per_hour": round(3600.0 * done / elapsed, 1) if elapsed > 0 else None,
+        "random_starts": sum(o.start is not None for o in outcomes),
         "frames": sum(o.frames for o in outcomes),
         "vetoes": sum(o.vetoes for o in outcomes),
         "operator": {"marked_failed": sum(o.marked_failed for o in outcomes),

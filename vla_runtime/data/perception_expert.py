@@ -8,9 +8,10 @@ TCP and gripper width from the joint readings in the observation. Running as the
 policy puts it on the product path: its chunks go through the safety node's checks, the
 streamer and the driver like a learned policy's.
 
-It takes its goal from the instruction: the task suite's instructions, and two that the
-collector uses to reset the workcell by itself, `place the <colour> cube at (x, y)` (pick it up
-and put it down there) and `return to home`. Each chunk continues the plan the streamer is
+It takes its goal from the instruction: the task suite's instructions, and three that the
+collector uses to reset the workcell by itself: `place the <colour> cube at (x, y)` (pick it up
+and put it down there), `return to home`, and `move the hand to (x, y, z) at yaw Y` (an
+episode's start away from home). Each chunk continues the plan the streamer is
 executing (the request's plan): the expert's Cartesian setpoint resumes where that plan ends,
 so consecutive chunks join without a jump. Steps waiting for the hand (closing on a cube,
 opening to release it) advance only on measured finger widths, never on predicted ones.
@@ -66,6 +67,7 @@ from vla_runtime.sim.workcell import COLOURS, SceneConfig
 
 PLACE = "place the {colour} cube at ({x:.3f}, {y:.3f})"
 HOME = "return to home"
+MOVE = "move the hand to ({x:.3f}, {y:.3f}, {z:.3f}) at yaw {yaw:.3f}"
 CARRY_HEIGHT = 0.1  # m of the TCP while carrying a cube to its new place
 PLACE_TCP_Z = 0.015  # the held cube's bottom 3 mm above the table (grasped 8 mm below its centre)
 GRASP_TCP_Z = 0.012
@@ -84,9 +86,10 @@ HOME_ACCELERATION = 1.5  # rad/s^2
 
 @dataclass(frozen=True)
 class Goal:
-    task: str  # reach, push, pick, place, home
+    task: str  # reach, push, pick, place, home, move
     colour: str = ""
     place_xy: tuple[float, float] | None = None
+    pose: tuple[float, float, float, float] | None = None  # move: TCP x, y, z and yaw
 
 
 def _patterns() -> list[tuple[re.Pattern, str]]:
@@ -100,6 +103,10 @@ def _patterns() -> list[tuple[re.Pattern, str]]:
     place = rf"^place the {colour} cube at \((?P<x>{number[1:-1]}), (?P<y>{number[1:-1]})\)$"
     found.append((re.compile(place), "place"))
     found.append((re.compile("^" + HOME + "$"), "home"))
+    value = number[1:-1]
+    move = (rf"^move the hand to \((?P<x>{value}), (?P<y>{value}), (?P<z>{value})\) "
+            rf"at yaw (?P<yaw>{value})$")  # fmt: skip
+    found.append((re.compile(move), "move"))
     return found
 
 
@@ -114,7 +121,10 @@ def parse_instruction(text: str) -> Goal:
             continue
         groups = match.groupdict()
         xy = (float(groups["x"]), float(groups["y"])) if task == "place" else None
-        return Goal(task, groups.get("colour") or "", xy)
+        pose = None
+        if task == "move":
+            pose = tuple(float(groups[k]) for k in ("x", "y", "z", "yaw"))
+        return Goal(task, groups.get("colour") or "", xy, pose)
     raise PolicyError(f"the perception expert cannot do {text!r}")
 
 
@@ -123,7 +133,7 @@ class PerceivedExpert(ScriptedExpert):
     measurements: `hand_known` is False for steps predicted beyond the observation."""
 
     def __init__(self, goal: Goal, kinematics: ArmKinematics, colours):
-        task = goal.task if goal.task not in ("place", "home") else "pick"
+        task = goal.task if goal.task not in ("place", "home", "move") else "pick"
         setup = EpisodeSetup(task, 0, tuple(colours), goal.colour or colours[0], {}, {})
         super().__init__(setup, kinematics)
         self.goal = goal
@@ -167,7 +177,13 @@ class PerceivedExpert(ScriptedExpert):
         self.yaw_cmd = math.atan2(rotation[1, 0], rotation[0, 0])
         return self.q_cmd.copy(), OPEN
 
+    def resume_phase(self, state: SceneSnapshot, cube_quat) -> int:
+        return 0 if self.goal.task == "move" else super().resume_phase(state, cube_quat)
+
     def plan(self, state: SceneSnapshot, cube_quat) -> list[Waypoint]:
+        if self.goal.task == "move":
+            x, y, z, yaw = self.goal.pose
+            return [Waypoint(np.array([x, y, z]), yaw, TRANSIT_SPEED, OPEN)]
         if self.goal.task != "place":
             return super().plan(state, cube_quat)
         if self._frozen is not None:
@@ -211,7 +227,12 @@ class PerceivedExpert(ScriptedExpert):
         if self.goal.task == "home":
             remaining = float(np.abs(self.kin.home - self.q_cmd).max())
             return remaining < 0.002 and float(np.abs(self.joint_velocity).max()) < 0.01
-        if self.goal.task == "place" and self._frozen is not None:
+        if self.goal.task == "move":
+            target = np.array(self.goal.pose[:3])
+            turn = (self.goal.pose[3] - self.yaw_cmd + math.pi) % (2 * math.pi) - math.pi
+            if abs(turn) > 0.01 or abs(self.yaw_velocity) > 0.05:
+                return False
+        elif self.goal.task == "place" and self._frozen is not None:
             if self.phase < len(self._frozen) - 1:
                 return False
             target = self._frozen[-1].position

@@ -79,3 +79,21 @@ def plan_reset(task: str, rng: np.random.Generator, cubes: dict, target: str,
         else:
             raise ValueError(f"no free place for the {colour} cube")
     return moves
+
+
+# Where an episode may start instead of home (`random_start`): the hand anywhere between home
+# and the cubes, high enough to pass over them, turned up to START_YAW either way. Episodes from
+# there show a policy how to get to the target from the states its own errors lead to, which
+# episodes from home alone never do.
+START_X = (0.30, 0.60)
+START_Y = (-0.18, 0.18)
+START_Z = (0.14, 0.40)  # m of the TCP; a cube's top is at 0.04
+START_YAW = 0.4  # rad
+START_TOLERANCE_M = 0.01  # the measured TCP this close to the start counts as there
+
+
+def random_start(rng: np.random.Generator) -> tuple[float, float, float, float]:
+    """A random hand pose (TCP x, y, z in the base frame, yaw) to start an episode from."""
+    low = (START_X[0], START_Y[0], START_Z[0], -START_YAW)
+    high = (START_X[1], START_Y[1], START_Z[1], START_YAW)
+    return tuple(float(v) for v in rng.uniform(low, high))
