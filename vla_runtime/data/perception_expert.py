@@ -99,11 +99,10 @@ def _patterns() -> list[tuple[re.Pattern, str]]:
         if task == "dynamic_reach":  # a moving cube needs a tracked velocity, not done here
             continue
         found.append((re.compile("^" + template.replace("{colour}", colour) + "$"), task))
-    number = r"(-?\d+(?:\.\d+)?)"
-    place = rf"^place the {colour} cube at \((?P<x>{number[1:-1]}), (?P<y>{number[1:-1]})\)$"
+    value = r"-?\d+(?:\.\d+)?"
+    place = rf"^place the {colour} cube at \((?P<x>{value}), (?P<y>{value})\)$"
     found.append((re.compile(place), "place"))
     found.append((re.compile("^" + HOME + "$"), "home"))
-    value = number[1:-1]
     move = (rf"^move the hand to \((?P<x>{value}), (?P<y>{value}), (?P<z>{value})\) "
             rf"at yaw (?P<yaw>{value})$")  # fmt: skip
     found.append((re.compile(move), "move"))
