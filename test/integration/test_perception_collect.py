@@ -51,8 +51,8 @@ def test_a_reach_episode_is_collected_reset_and_labelled_from_the_cameras(
     # The episode starts from a random hand pose: the reset's last move goes through the stack.
     summary = collect_with_perception("reach", 1, out, seed=3, progress=False, random_starts=1.0)
     assert taken == []
-    assert summary["random_starts"] == 1
     assert not summary["interrupted"], summary.get("error")
+    assert summary["random_starts"] == 1, summary["resets"]
     assert summary["episodes"] == 1 and summary["dataset_episodes"] == 1
     assert summary["resets"]["ok"] >= 1
     assert summary["localisation_error_m"]["n"] == 3

@@ -445,6 +445,8 @@ class PerceptionCollector:
         self.home = np.array(load_robot(robot).home)
         self.perception = ScenePerception(rig, self.colours)
         self.rng = np.random.default_rng(seed)
+        # Its own stream: the layouts are the same with or without random starts.
+        self._start_rng = np.random.default_rng([seed, 11])
         self.random_starts = random_starts
         self._perceived_up_to = -math.inf
         self.scenes = StampedLog()  # PerceivedScene per perception frame
@@ -553,7 +555,7 @@ class PerceptionCollector:
         for round_ in range(1, RESET_ROUNDS + 1):
             outcome = self._reset_round(target)
             outcome.rounds = round_
-            if outcome.ok and self.rng.random() < self.random_starts:
+            if outcome.ok and self._start_rng.random() < self.random_starts:
                 self._move_to_start(outcome)
             if outcome.ok or self.abort:
                 break
@@ -607,7 +609,7 @@ class PerceptionCollector:
     def _move_to_start(self, outcome: ResetOutcome) -> None:
         """Move the hand from home to a random start pose; a start the hand did not reach
         fails the reset."""
-        pose = random_start(self.rng)
+        pose = random_start(self._start_rng)
         x, y, z, yaw = pose
         _, finished = self._segment(MOVE.format(x=x, y=y, z=z, yaw=yaw), "reset", HOME_TIMEOUT_S)
         self.wait_until_time(self.io.now + SETTLE_S, "the arm to settle")
