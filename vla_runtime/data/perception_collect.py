@@ -402,6 +402,11 @@ class EpisodeOutcome:
     unrecorded: str = ""  # why no frame of it could be recorded
     start: tuple | None = None  # the hand pose it started from (x, y, z, yaw); None: home
 
+    @property
+    def start_pose(self) -> list | str:
+        """How the dataset and the summary name the start."""
+        return list(self.start) if self.start else "home"
+
 
 @dataclass
 class ResetOutcome:
@@ -713,7 +718,7 @@ class PerceptionCollector:
                 "label_confidence": round(float(outcome.label.confidence), 4),
                 "marked_failed": outcome.marked_failed, "aborted": outcome.aborted,
                 "success_time_s": None,
-                "start_pose": list(outcome.start) if outcome.start else "home",
+                "start_pose": outcome.start_pose,
             },
         )  # fmt: skip
 
@@ -889,7 +894,7 @@ def _episode_line(outcome: EpisodeOutcome) -> dict:
         "physics": outcome.physics_success, "frames": outcome.frames,
         "seconds": round(outcome.seconds, 2), "vetoes": outcome.vetoes,
         "chunks": outcome.chunks, "chunks_without_plan": outcome.chunks_without_plan,
-        "start": list(outcome.start) if outcome.start else "home",
+        "start": outcome.start_pose,
         **({"unrecorded": outcome.unrecorded} if outcome.unrecorded else {}),
         **{k: round(v, 4) if isinstance(v, float) else v for k, v in outcome.label.detail.items()},
     }  # fmt: skip
