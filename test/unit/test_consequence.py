@@ -67,6 +67,41 @@ def test_driving_into_the_table_is_a_hazard(scene):
     assert safe.safe and safe.first_hazard_s is None
 
 
+def test_a_press_the_arm_makes_after_the_last_point_is_the_chunks_hazard(scene):
+    # The last point leaves the TCP 6 mm above the table: the fingertips, 9 mm beyond it, end
+    # in the table. The lagging servo gets there after the chunk's last point, while it settles.
+    model, qpos = scene
+    spot = np.array([0.45, -0.2, 0.0])
+    path = cartesian_path(FRANKA, HOME, [spot + [0, 0, 0.1], spot + [0, 0, 0.006]], 6)
+    times = DT * np.arange(1, len(path) + 1)
+    result = ConsequenceChecker(model, ROBOT, ConsequenceConfig()).rollout(
+        qpos, np.zeros(7), times, path
+    )
+    assert any("presses the table" in h for h in result.hazards)
+    assert result.first_hazard_s > times[-1]
+    # Judged only 0.2 s past the last point, the same chunk looked harmless.
+    short = ConsequenceChecker(model, ROBOT, ConsequenceConfig(settle_s=0.2))
+    assert short.rollout(qpos, np.zeros(7), times, path).safe
+
+
+def test_one_link_against_another_is_a_hazard_and_the_hand_closing_on_nothing_is_not(scene):
+    model, qpos = scene
+    folded = HOME.copy()
+    folded[[1, 3, 5]] = 0.0, -2.93, 0.54  # the elbow folded until the hand meets link 1
+    path = HOME + np.outer(np.arange(1, 17) / 16, folded - HOME)
+    times = 0.1 * np.arange(1, 17)
+    result = ConsequenceChecker(model, ROBOT, ConsequenceConfig()).rollout(
+        qpos, np.zeros(7), times, path
+    )
+    assert any(h.startswith("collision with itself") for h in result.hazards), result.hazards
+    # Far below what pushing a cube may press with: judged as an object contact, it passed.
+    lenient = ConsequenceConfig(max_self_force=ConsequenceConfig.max_contact_force)
+    assert ConsequenceChecker(model, ROBOT, lenient).rollout(qpos, np.zeros(7), times, path).safe
+    # The hand closing on nothing is not a collision.
+    closed = rollout(scene, [CUBE + [0.0, 0.0, 0.15]], gripper=0.0)
+    assert closed.safe, closed.hazards
+
+
 def test_sweeping_through_a_cube_pushes_it_and_can_push_it_off(scene):
     start = CUBE + [-0.12, 0.0, 0.01]
     path = [start + [0, 0, 0.1], start, CUBE + [0.1, 0.0, 0.01]]

@@ -127,7 +127,7 @@ def build_pipeline(xml: str) -> tuple[ChunkPipeline, object]:
     checker = ChunkChecker(robot, chain_for(robot.name), config)
     clock = {"now": 0.0}
     pipeline = ChunkPipeline(checker, lambda chunk: chunk, lambda: clock["now"])
-    consequence = ConsequenceConfig(max_contact_force=params.max_contact_force, workcell=workcell)
+    consequence = build(ConsequenceConfig, params, workcell=workcell)
     pipeline.consequence = ConsequenceChecker.from_xml(xml, load_robot(params.robot), consequence)
     pipeline.clock = clock
     return pipeline, workcell

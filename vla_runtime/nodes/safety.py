@@ -99,6 +99,10 @@ class SafetyParams:
     consequence: str = param("auto (rollout when the sim scene is published) or off", "auto")
     max_contact_force: float = param("N, rollout contact of the robot with an object",
                                      ConsequenceConfig.max_contact_force)  # fmt: skip
+    max_table_force: float = param("N, rollout press of the robot on the table",
+                                   ConsequenceConfig.max_table_force)  # fmt: skip
+    max_self_force: float = param("N, rollout contact of one link with another",
+                                  ConsequenceConfig.max_self_force)  # fmt: skip
     latch_file: str = param("the latch's file: empty = the default (per robot on a real arm, "
                             "per run in simulation; core/safety/latch_store.py), none = memory "
                             "only", latch_store.AUTO)  # fmt: skip
@@ -127,7 +131,7 @@ class SafetyNode(RuntimeNode):
         tcp_speed = params.tcp_speed if params.tcp_speed > 0 else None
         check_config = build(ChunkCheckConfig, params, tcp_speed=tcp_speed, workcell=self.workcell)
         self.consequence_mode = params.consequence  # auto | off
-        self.contact_force = params.max_contact_force
+        self.consequence_config = build(ConsequenceConfig, params, workcell=self.workcell)
 
         self.checker = ChunkChecker(self.robot, chain_for(self.robot.name), check_config)
         self.chunks = ChunkPipeline(self.checker, chunk_from_msg, self.now_s)
@@ -267,8 +271,9 @@ class SafetyNode(RuntimeNode):
 
     def _on_scene_xml(self, msg: String) -> None:
         try:
-            config = ConsequenceConfig(max_contact_force=self.contact_force, workcell=self.workcell)
-            scene = ConsequenceChecker.from_xml(msg.data, self._scene_robot, config)
+            scene = ConsequenceChecker.from_xml(
+                msg.data, self._scene_robot, self.consequence_config
+            )
             self.chunks.consequence = scene
             self.get_logger().info("consequence rollout enabled (sim scene received)")
         except Exception as exc:  # a scene we cannot simulate leaves the other checks running

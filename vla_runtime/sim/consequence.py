@@ -35,18 +35,23 @@ TABLE_TOP = Box(
 # Object places and the TCP are judged this many checks at a time (one array pass per block,
 # not per check); a hazard ends the rollout within one block.
 BLOCK = 10
-IGNORED, TABLE, OTHER = 0, 1, 2  # how a contact is judged
+IGNORED, TABLE, OTHER, SELF = 0, 1, 2, 3  # how a contact is judged
 TCP_BEYOND_HAND = 0.1034  # m along the hand's z axis (Franka hand TCP)
 # The base stands on the table: its resting contact is not a collision.
 BOLTED_BODIES = ("base", "fr3_link0")
+# The hand's own bodies touch each other when it closes on nothing: gripping, not a collision.
+HAND_BODIES = ("hand", "left_finger", "right_finger")
 
 
 @dataclass(frozen=True)
 class ConsequenceConfig:
     timestep: float = 0.0025  # s; coarser than the driver's 1 ms, for speed
-    settle_s: float = 0.2  # s simulated after the last point
-    max_contact_force: float = 40.0  # N, robot against an object or itself
-    max_table_force: float = 10.0  # N, robot against the table or floor
+    # s simulated after the last point: the lagging servo coasts on for ~0.3 s after its
+    # setpoint stops, and what it presses then is the chunk's doing too
+    settle_s: float = 0.3
+    max_contact_force: float = 40.0  # N, robot against an object (pushes and grasps press)
+    max_table_force: float = 5.0  # N, robot against the table or floor
+    max_self_force: float = 5.0  # N, one link against another (no task needs that)
     object_region: Box = TABLE_TOP  # an object whose centre leaves it fell off the table
     check_every: int = 5  # steps between contact and position checks
     workcell: Workcell = field(default_factory=Workcell)
@@ -248,12 +253,13 @@ class ConsequenceChecker:
             return
         forces = self._normal_forces()
         table = forces[kind == TABLE].max(initial=0.0)
-        other = np.where(kind == OTHER, forces, 0.0)
+        other = np.where((kind == OTHER) | (kind == SELF), forces, 0.0)
         run.forces[check] = table, other.max()
         hazards = {}
         if table > cfg.max_table_force:
             hazards["table"] = f"robot presses the table with {table:.1f} N at t={t:.2f} s"
-        for i in np.nonzero(other > cfg.max_contact_force)[0]:
+        limit = np.where(kind == SELF, cfg.max_self_force, cfg.max_contact_force)
+        for i in np.nonzero(other > limit)[0]:
             robot = self._geom_robot[geoms[i]]
             hit = geoms[i, 1] if robot[0] else geoms[i, 0]
             what = "itself" if robot.all() else m.body(m.geom_bodyid[hit]).name
@@ -336,8 +342,9 @@ def _inside(places: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 def _pair_kinds(m: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
     """(ngeom, ngeom): how a contact between two geoms is judged: TABLE (the robot, but its
-    bolted base, against the table or floor), OTHER (the robot against itself or an object),
-    else IGNORED; and (ngeom,): which geoms are the robot's."""
+    bolted base, against the table or floor), SELF (one robot body against another, but the
+    hand's own), OTHER (the robot against an object, or the hand against itself), else
+    IGNORED; and (ngeom,): which geoms are the robot's."""
     root = m.body(BOLTED_BODIES[0]).id
     robot_bodies = [b for b in range(m.nbody) if _has_ancestor(m, b, root)]
     robot = np.isin(m.geom_bodyid, robot_bodies)
@@ -348,6 +355,8 @@ def _pair_kinds(m: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
     any_robot = robot[:, None] | robot[None, :]
     any_static = static[:, None] | static[None, :]
     kind[any_robot & ~any_static] = OTHER
+    hand = np.isin(m.geom_bodyid, [b for b in range(m.nbody) if m.body(b).name in HAND_BODIES])
+    kind[robot[:, None] & robot[None, :] & ~(hand[:, None] & hand[None, :])] = SELF
     pressing = (robot & ~bolted)[:, None] & static[None, :]
     kind[pressing | pressing.T] = TABLE
     return kind, robot
