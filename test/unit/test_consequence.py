@@ -185,3 +185,27 @@ def test_a_prefix_of_the_last_chunk_resumes_its_rollout_bit_for_bit(scene, monke
     steps.clear()
     checker.rollout(qpos, np.full(7, 0.01), times[:keep], path[:keep])
     assert len(steps) == n_steps
+
+
+def test_the_ur5e_workcell_is_judged_too():
+    # Its base bodies and TCP have other names than the FR3's: the rollout finds them from the
+    # arm's first joint and the scene's TCP site. Its base is turned half a turn in the scene,
+    # and its workspace is given in the base frame, as the safety node's parameters are.
+    ur5e = load_robot("ur5e")
+    workcell = Workcell(workspace=box_planes(*ur5e.workspace))
+    model, _ = build_scene(SceneConfig(robot="ur5e", n_cubes=0, cameras=()))
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    home = data.qpos[:6].copy()
+    times = 0.1 * np.arange(1, 17)
+
+    def lift_shoulder(delta):
+        target = home + np.eye(6)[1] * delta
+        path = home + np.outer(np.arange(1, 17) / 16, target - home)
+        checker = ConsequenceChecker(model, ur5e, ConsequenceConfig(workcell=workcell))
+        return checker.rollout(data.qpos.copy(), np.zeros(6), times, path)
+
+    up = lift_shoulder(-1.2)
+    assert up.safe, up.hazards
+    down = lift_shoulder(1.2)
+    assert any("presses the table" in h for h in down.hazards), down.hazards

@@ -56,11 +56,11 @@ from vla_runtime.engine.policy import Observation, chunk_to_positions
 from vla_runtime.nodes.safety import SafetyParams, workcell_for
 from vla_runtime.ros.parameters import build
 from vla_runtime.sim.consequence import (
-    BOLTED_BODIES,
-    TCP_BEYOND_HAND,
+    HAND_BODIES,
     ConsequenceChecker,
     ConsequenceConfig,
     rate_limited,
+    robot_bodies,
 )
 from vla_runtime.sim.env import InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import TaskSimulator
@@ -68,6 +68,7 @@ from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
     TABLE_CENTRE_X,
     TABLE_HALF_SIZE,
+    TCP_SITE,
     gripper_ctrl_per_opening,
 )
 
@@ -83,7 +84,6 @@ SETTLE_S = 0.3  # s the arm holds the chunk's last point before the outcome is r
 TOUCH_N = 1.0  # N: a contact pressing harder than this is a touch (resting margins read 0 N)
 TCP_SPEED_WINDOW_S = 0.01  # s the TCP speed is averaged over (one physics step is noisy)
 TABLE_TOUCH, SELF_TOUCH = ("max_table_n", "table_contact"), ("max_self_n", "self_collision")
-HAND_BODIES = ("hand", "left_finger", "right_finger")  # touching each other is gripping
 TABLE_X = (TABLE_CENTRE_X - TABLE_HALF_SIZE[0], TABLE_CENTRE_X + TABLE_HALF_SIZE[0])
 TABLE_Y = (-TABLE_HALF_SIZE[1], TABLE_HALF_SIZE[1])
 TARGETS = {"hazard_recall": 0.95, "false_veto_rate": 0.05}
@@ -158,17 +158,16 @@ class Physics:
         m = self.model
         self.tcp_speed = tcp_speed
         self.box = keep_out
-        root = m.body(BOLTED_BODIES[0]).id
-        robot = [b for b in range(m.nbody) if _descends(m, b, root)]
+        robot, bolted = robot_bodies(m, load_robot(ROBOT).joints[0])
         self.robot_bodies = set(robot)
-        self.moving_bodies = np.array([b for b in robot if m.body(b).name not in BOLTED_BODIES])
-        self.bolted = {m.body(n).id for n in BOLTED_BODIES}
+        self.moving_bodies = np.array([b for b in robot if b not in bolted])
+        self.bolted = set(bolted)
         self.hand_group = {m.body(n).id for n in HAND_BODIES}
         self.static = {m.geom("table").id, m.geom("floor").id}
         self.robot_geoms = np.array([g for g in range(m.ngeom) if m.geom_bodyid[g] in robot])
         free = [j for j in range(m.njnt) if m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
         self.cube_qpos = np.array([m.jnt_qposadr[j] + np.arange(3) for j in free], int)
-        self.hand = m.body("hand").id
+        self.tcp = m.site(TCP_SITE).id
         self.gripper = m.actuator(GRIPPER_ACTUATOR).id
         self.per_opening = gripper_ctrl_per_opening(m)
         robot_config = load_robot(ROBOT)
@@ -198,7 +197,7 @@ class Physics:
             d.ctrl[:7] = arm_ctrl[k]
             d.ctrl[self.gripper] = gripper[k]
             mujoco.mj_step(m, d)
-            tcp[k] = d.xpos[self.hand] + TCP_BEYOND_HAND * d.xmat[self.hand].reshape(3, 3)[:, 2]
+            tcp[k] = d.site_xpos[self.tcp]
             self._contacts(out)
             if k % 5 == 4 or k == n - 1:
                 self._places(out, on_table)
@@ -237,8 +236,7 @@ class Physics:
         if (on_table & ~_on_table(cubes)).any():
             out.hazards.add("cube_off_table")
         points = np.vstack([d.xpos[self.moving_bodies], d.geom_xpos[self.robot_geoms], cubes])
-        hand = d.xpos[self.hand] + TCP_BEYOND_HAND * d.xmat[self.hand].reshape(3, 3)[:, 2]
-        if self.box.contains(np.vstack([points, hand])).any():
+        if self.box.contains(np.vstack([points, d.site_xpos[self.tcp]])).any():
             out.hazards.add("keep_out")
 
 
@@ -246,14 +244,6 @@ def _on_table(centres: np.ndarray) -> np.ndarray:
     x, y, z = centres[:, 0], centres[:, 1], centres[:, 2]
     inside = (x >= TABLE_X[0]) & (x <= TABLE_X[1]) & (y >= TABLE_Y[0]) & (y <= TABLE_Y[1])
     return inside & (z > -0.05)
-
-
-def _descends(model: mujoco.MjModel, body: int, ancestor: int) -> bool:
-    while body != 0:
-        if body == ancestor:
-            return True
-        body = model.body_parentid[body]
-    return False
 
 
 def executed_rows(verdict, now: float):

@@ -22,6 +22,7 @@ from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
     TABLE_CENTRE_X,
     TABLE_HALF_SIZE,
+    TCP_SITE,
     gripper_ctrl_per_opening,
 )
 
@@ -36,9 +37,6 @@ TABLE_TOP = Box(
 # not per check); a hazard ends the rollout within one block.
 BLOCK = 10
 IGNORED, TABLE, OTHER, SELF = 0, 1, 2, 3  # how a contact is judged
-TCP_BEYOND_HAND = 0.1034  # m along the hand's z axis (Franka hand TCP)
-# The base stands on the table: its resting contact is not a collision.
-BOLTED_BODIES = ("base", "fr3_link0")
 # The hand's own bodies touch each other when it closes on nothing: gripping, not a collision.
 HAND_BODIES = ("hand", "left_finger", "right_finger")
 
@@ -102,7 +100,14 @@ class ConsequenceChecker:
         self._gripper = m.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(m)
         self._finger_step = max_finger_speed(robot) * config.timestep  # as the hand moves them
-        self._pair_kind, self._geom_robot = _pair_kinds(m)
+        bodies, bolted = robot_bodies(m, robot.joints[0])
+        self._pair_kind, self._geom_robot = _pair_kinds(m, bodies, bolted)
+        # The workcell (workspace planes, keep-out boxes) is given in the robot's base frame,
+        # the body under its first joint; the table top in the scene's.
+        base = bolted[0] if bolted else 0  # the world's body when nothing is bolted
+        mujoco.mj_forward(m, self.data)
+        self._base_origin = self.data.xpos[base].copy()
+        self._base_rotation = self.data.xmat[base].reshape(3, 3).copy()
         self._elliptic = m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
         # Per constraint type: whose rows sum to a contact's normal force.
         self._summed_rows = np.zeros(len(mujoco.mjtConstraint.__members__), bool)
@@ -122,7 +127,7 @@ class ConsequenceChecker:
         self._entering = np.arange(len(self._region_lo)) > 0
         self._plane_normals = np.array([p.normal for p in workcell.workspace], float).reshape(-1, 3)
         self._plane_offsets = np.array([p.offset for p in workcell.workspace], float)
-        self._hand = m.body("hand").id
+        self._tcp = m.site(TCP_SITE).id
         self._state_kind = mujoco.mjtState.mjSTATE_INTEGRATION
         self._state_size = mujoco.mj_stateSize(m, self._state_kind)
         self._last: _Run | None = None
@@ -199,7 +204,7 @@ class ConsequenceChecker:
         d.ctrl[self._arm_actuators] = path[0]
         mujoco.mj_forward(m, d)
         places = d.qpos[self._object_qpos]
-        start = _Start(places, _inside(places[None], self._region_lo, self._region_hi)[0])
+        start = _Start(places, self._holding(places[None])[0])
         self._last = _Run(
             qpos, arm_velocity, times, path, openings, start, np.empty(checks),
             np.empty((checks, self._state_size)), np.empty((checks, *places.shape)),
@@ -240,7 +245,7 @@ class ConsequenceChecker:
         run.check_t[check] = t
         mujoco.mj_getState(m, d, run.states[check], self._state_kind)
         run.places[check] = d.qpos[self._object_qpos]
-        run.tcp[check] = d.xpos[self._hand] + TCP_BEYOND_HAND * d.xmat[self._hand, 2::3]
+        run.tcp[check] = self._in_base(d.site_xpos[self._tcp])
         run.forces[check] = 0.0
         if d.ncon:
             self._judge_contacts(run, check, t)
@@ -279,9 +284,19 @@ class ConsequenceChecker:
         rows = self._summed_rows[d.efc_type]
         return np.abs(np.bincount(d.efc_id[rows], d.efc_force[rows], minlength=d.ncon))
 
+    def _in_base(self, points: np.ndarray) -> np.ndarray:
+        """Scene points (..., 3) in the robot's base frame."""
+        return (points - self._base_origin) @ self._base_rotation
+
+    def _holding(self, places: np.ndarray) -> np.ndarray:
+        """(checks, objects, regions): whether each place (scene frame) lies in each region."""
+        table = _inside(places, self._region_lo[:1], self._region_hi[:1])
+        boxes = _inside(self._in_base(places), self._region_lo[1:], self._region_hi[1:])
+        return np.concatenate([table, boxes], axis=-1)
+
     def _first_hazard(self, run: _Run, begin: int, end: int) -> int | None:
         """The first of checks begin..end - 1 that sees a hazard, or None."""
-        inside = _inside(run.places[begin:end], self._region_lo, self._region_hi)
+        inside = self._holding(run.places[begin:end])
         # Leaving the table top and entering a keep-out box are the hazards.
         moved = (inside != run.start.inside) & (inside == self._entering)
         outside = run.tcp[begin:end] @ self._plane_normals.T > self._plane_offsets
@@ -308,7 +323,7 @@ class ConsequenceChecker:
         return Consequence(list(hazards.values()), numbers, t)
 
     def _name_places(self, hazards: dict, run: _Run, check: int, t: float) -> None:
-        inside = _inside(run.places[check][None], self._region_lo, self._region_hi)[0]
+        inside = self._holding(run.places[check][None])[0]
         moved = (inside != run.start.inside) & (inside == self._entering)
         for i, name in enumerate(self._object_names):
             if moved[i, 0]:
@@ -340,15 +355,25 @@ def _inside(places: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return ((p >= lo) & (p <= hi)).all(axis=-1)
 
 
-def _pair_kinds(m: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+def robot_bodies(m: mujoco.MjModel, first_joint: str) -> tuple[list[int], list[int]]:
+    """The robot's bodies (its root's subtree) and those of them bolted down: the base bodies
+    above the first arm joint, which no joint moves and whose resting contacts are no collision."""
+    moving = int(m.jnt_bodyid[m.joint(first_joint).id])
+    bolted, body = [], int(m.body_parentid[moving])
+    while body != 0:
+        bolted.append(body)
+        body = int(m.body_parentid[body])
+    root = bolted[-1] if bolted else moving
+    return [b for b in range(m.nbody) if _has_ancestor(m, b, root)], bolted
+
+
+def _pair_kinds(m: mujoco.MjModel, bodies, bolted_bodies) -> tuple[np.ndarray, np.ndarray]:
     """(ngeom, ngeom): how a contact between two geoms is judged: TABLE (the robot, but its
     bolted base, against the table or floor), SELF (one robot body against another, but the
     hand's own), OTHER (the robot against an object, or the hand against itself), else
     IGNORED; and (ngeom,): which geoms are the robot's."""
-    root = m.body(BOLTED_BODIES[0]).id
-    robot_bodies = [b for b in range(m.nbody) if _has_ancestor(m, b, root)]
-    robot = np.isin(m.geom_bodyid, robot_bodies)
-    bolted = np.isin(m.geom_bodyid, [m.body(name).id for name in BOLTED_BODIES])
+    robot = np.isin(m.geom_bodyid, bodies)
+    bolted = np.isin(m.geom_bodyid, bolted_bodies)
     static = np.zeros(m.ngeom, bool)
     static[[m.geom(name).id for name in ("table", "floor")]] = True
     kind = np.full((m.ngeom, m.ngeom), IGNORED, np.int8)
