@@ -8,6 +8,8 @@ import os
 
 from vla_runtime.core.safety import latch_store
 from vla_runtime.core.safety.latch_store import UNREADABLE, LatchRecord, latch_path, load, save
+from vla_runtime.stack.isolation import DomainClaim
+from vla_runtime.stack.supervisor import node_env
 
 
 def fake_proc(root, pid: int, start: int):
@@ -105,12 +107,12 @@ def test_simulated_runs_get_one_file_per_starting_process_and_ended_runs_are_rem
     proc = tmp_path / "proc"
     fake_proc(proc, 100, 5000)
     fake_proc(proc, 200, 7000)
-    path, note = latch_path("", "fr3", simulated=True, parent_pid=100, proc=proc)
+    path, note = latch_path("", "fr3", simulated=True, environ={}, parent_pid=100, proc=proc)
     assert path.name == "safety_latch_fr3_run100-5000.json" and "next run" in note
     assert path.parent == latch_store.sim_folder()
     # The same starting process: the same file (a restart); another: another file.
-    assert latch_path("", "fr3", simulated=True, parent_pid=100, proc=proc)[0] == path
-    assert latch_path("", "fr3", simulated=True, parent_pid=200, proc=proc)[0] != path
+    assert latch_path("", "fr3", simulated=True, environ={}, parent_pid=100, proc=proc)[0] == path
+    assert latch_path("", "fr3", simulated=True, environ={}, parent_pid=200, proc=proc)[0] != path
 
     folder = tmp_path / "sim"
     folder.mkdir()
@@ -124,6 +126,36 @@ def test_simulated_runs_get_one_file_per_starting_process_and_ended_runs_are_rem
     assert sorted(removed) == sorted([reused_pid, ended])
     assert sorted(os.listdir(folder)) == sorted([alive.name, other.name])
     assert latch_store.remove_ended_runs(tmp_path / "missing", proc) == []
+
+
+def test_each_stack_one_process_starts_is_a_run_of_its_own(tmp_path):
+    # A test session or an evaluation starts many stacks: a latch of one must not greet the next.
+    proc = tmp_path / "proc"
+    fake_proc(proc, 100, 5000)
+    first, second = latch_store.new_run(100, proc), latch_store.new_run(100, proc)
+    assert first.startswith("100-5000-") and first != second
+
+    def path_of(run):
+        environ = {latch_store.RUN_ENV: run}
+        return latch_path("", "fr3", simulated=True, environ=environ, parent_pid=100, proc=proc)[0]
+
+    assert path_of(first) != path_of(second)
+    assert path_of(first) == path_of(first)  # a node restarted within its stack's run
+    assert path_of(first).parent == latch_store.sim_folder()
+
+    folder = tmp_path / "sim"
+    folder.mkdir()
+    alive, ended = folder / path_of(first).name, folder / "safety_latch_fr3_run300-1-2.json"
+    for p in (alive, ended):
+        p.write_text("{}")
+    assert latch_store.remove_ended_runs(folder, proc) == [ended]
+    assert os.listdir(folder) == [alive.name]
+
+
+def test_every_stack_gives_its_nodes_a_run_of_their_own():
+    envs = [node_env(DomainClaim(0, None)) for _ in range(2)]
+    runs = [env[latch_store.RUN_ENV] for env in envs]
+    assert runs[0] != runs[1] and all(r.startswith(f"{os.getpid()}-") for r in runs)
 
 
 def test_process_start_of_this_process_is_stable():

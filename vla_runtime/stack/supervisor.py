@@ -24,6 +24,7 @@ from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from vla_runtime.core.safety import latch_store
 from vla_runtime.stack.isolation import DomainClaim
 from vla_runtime.stack.resolver import NodeSpec, params_file_content, ros_arguments
 
@@ -61,6 +62,7 @@ def node_module(executable: str) -> str:
 def node_env(claim: DomainClaim, localhost_only: bool = True) -> dict[str, str]:
     """The environment every node process of a stack starts with."""
     env = claim.env(localhost_only=localhost_only)
+    env[latch_store.RUN_ENV] = latch_store.new_run()  # this stack's nodes are one run
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("MUJOCO_GL", "egl")
     env.setdefault("RCUTILS_COLORIZED_OUTPUT", "0")

@@ -10,14 +10,17 @@ Where the file lives (`latch_path`):
 - a real arm: one file per robot and joint prefix in the state folder ($VLA_RUNTIME_STATE_DIR,
   else $XDG_STATE_HOME/vla_runtime, else ~/.local/state/vla_runtime); it outlives the process,
   the stack and a reboot, as a pressed e-stop does;
-- a simulated arm (sim time): one file per run, named after the process that started the node
-  (the stack's supervisor: pid and start time) in the temporary folder (`sim_folder`). A safety
-  node restarted within the run finds it; the next run, whose simulated arm starts over, does
-  not. Files of runs that have ended are removed when the next simulated run starts.
+- a simulated arm (sim time): one file per run in the temporary folder (`sim_folder`), named
+  after the run: $VLA_RUNTIME_RUN, which a stack's supervisor gives all its nodes (its pid, its
+  start time and a count of the stacks it has started: one process, e.g. a test session or an
+  evaluation, may start many), else the process that started the node. A safety node restarted
+  within the run finds it; the next run, whose simulated arm starts over, does not. Files of
+  runs whose starting process has ended are removed when the next simulated run starts.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -28,11 +31,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 STATE_DIR_ENV = "VLA_RUNTIME_STATE_DIR"
+RUN_ENV = "VLA_RUNTIME_RUN"
 NO_FILE = "none"  # latch_file value: keep the latch in memory only
 AUTO = ""  # latch_file value: the default place (latch_path)
 UNREADABLE = "latch file unreadable"  # the latch kind of a file that cannot be understood
 SIM_FOLDER = "vla_runtime_sim_latch"
-_RUN_FILE = re.compile(r"^safety_latch_.+_run(\d+)-(\d+)\.json$")
+_RUN_FILE = re.compile(r"^safety_latch_.+_run(\d+)-(\d+)(?:-\d+)?\.json$")
+_stacks_started = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -77,12 +82,18 @@ def latch_path(
     if not simulated:
         return state_dir(environ) / f"{name}.json", "latch file of this robot (real arm)"
     pid = os.getppid() if parent_pid is None else parent_pid
-    run = f"run{pid}-{process_start(pid, proc) or 0}"
+    run = environ.get(RUN_ENV) or f"{pid}-{process_start(pid, proc) or 0}"
     folder = sim_folder()
-    return folder / f"{name}_{run}.json", (
+    return folder / f"{name}_run{run}.json", (
         "latch file of this simulated run: a restart within the run keeps the latch, the next "
         "run starts unlatched"
     )
+
+
+def new_run(pid: int | None = None, proc: Path = Path("/proc")) -> str:
+    """A run name for a stack this process starts (the value of RUN_ENV for its nodes)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{process_start(pid, proc) or 0}-{next(_stacks_started)}"
 
 
 def sim_folder() -> Path:
