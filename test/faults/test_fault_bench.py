@@ -17,6 +17,7 @@ def test_quick_faults_in_the_closed_sim_loop():  # the bench claims its own ROS 
     faults = {r["fault"]: r for r in result["faults"]}
     assert list(faults) == list(QUICK_FAULTS)
     assert result["unsafe_commands"] == 0, result
+    assert all(r["unsafe_at"] == [] for r in result["faults"]), result
     assert result["chunks_unaccounted"] == 0, result
     assert result["nodes_dead_at_end"] == [], result["dead_nodes_output"]
     for name in ("kill_streamer", "kill_safety"):

@@ -31,7 +31,8 @@ Per fault, from what a recorder node in this process saw:
   a restart or a wait to re-arm longer than the command timeout, the first command is judged
   across the pause: the driver held the arm meanwhile); unsafe_commands_gate_table judges the
   same commands against the gate's own table (config/robots/<robot>.yaml, positions less the
-  margin);
+  margin); unsafe_at: when each unsafe command reached the recorder after the onset, and how
+  long after the command before it;
 - detection_ms: onset -> the first report of a fault on /vla/safety/events (the chunk check's
   veto/stale verdicts, the gate's events, the streamer's watchdogs: overdue answer, frozen
   camera, silent joint states, a halted or dried-up plan) or /vla/driver/events, anything but a
@@ -576,6 +577,15 @@ def summarize(window: Window, rec: LoopRecorder, audits: dict, gate: GateOutput,
         "chunks_unaccounted": window.unaccounted,
         "recovered_s": None if window.recovered_s is None else round(window.recovered_s, 2),
     }
+    flagged = audits.get("manufacturer", audits["gate_table"]).unsafe_indices
+    times = [t for t, _ in rec.outputs]
+    # Where each unsafe command came and how long after the one before (a late command judged
+    # as one period's motion reads as a velocity or acceleration step).
+    result["unsafe_at"] = [
+        {"after_onset_ms": round(1e3 * (times[i] - window.onset), 1),
+         "since_previous_ms": round(1e3 * (times[i] - times[i - 1]), 1) if i else None}
+        for i in flagged if m["outputs"] <= i < window.end_outputs
+    ]  # fmt: skip
     if window.operator is not None:
         result["operator"] = {"success": window.operator[0], "message": window.operator[1][:160]}
     if window.safety_down is not None:
