@@ -209,3 +209,21 @@ def test_the_ur5e_workcell_is_judged_too():
     assert up.safe, up.hazards
     down = lift_shoulder(1.2)
     assert any("presses the table" in h for h in down.hazards), down.hazards
+
+
+def test_the_rollout_moves_the_arm_as_the_published_scene_says_its_servo_runs():
+    # A scene built with the servo fed forward says so; the rollout then tracks the path as that
+    # servo does, and sees the hand reach the table about the servo's 0.1 s lag sooner.
+    spot = np.array([0.45, -0.2, 0.0])
+    path = cartesian_path(FRANKA, HOME, [spot + [0, 0, 0.1], spot - [0, 0, 0.04]], 10)
+    times = DT * np.arange(1, len(path) + 1)
+    hazard_at = {}
+    for fed in (False, True):
+        model, _ = build_scene(SceneConfig(n_cubes=0, cameras=(), servo_feedforward=fed))
+        data = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+        checker = ConsequenceChecker(model, ROBOT, ConsequenceConfig())
+        result = checker.rollout(data.qpos.copy(), np.zeros(7), times, path)
+        assert any("presses the table" in h for h in result.hazards), result.hazards
+        hazard_at[fed] = result.first_hazard_s
+    assert 0.05 < hazard_at[False] - hazard_at[True] < 0.2, hazard_at

@@ -18,6 +18,7 @@ import numpy as np
 from vla_runtime.core.gripper import finger_toward, max_finger_speed
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.workspace import Box, Workcell
+from vla_runtime.sim.simulator import servo_fed_forward, velocity_lead_s
 from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
     TABLE_CENTRE_X,
@@ -97,6 +98,8 @@ class ConsequenceChecker:
         self._arm_qpos = [m.joint(j).qposadr[0] for j in robot.joints]
         self._arm_dof = [m.joint(j).dofadr[0] for j in robot.joints]
         self._arm_actuators = [m.actuator(j).id for j in robot.joints]
+        # The servo as the scene's driver runs it: fed the setpoint's velocity, or lagging.
+        self._lead = velocity_lead_s(m, self._arm_actuators) if servo_fed_forward(m) else None
         self._gripper = m.actuator(GRIPPER_ACTUATOR).id
         self._ctrl_per_opening = gripper_ctrl_per_opening(m)
         self._finger_step = max_finger_speed(robot) * config.timestep  # as the hand moves them
@@ -184,11 +187,17 @@ class ConsequenceChecker:
 
     # -- the simulation ----------------------------------------------------------------------
     def _controls(self, nu: int, step_times, times, path, openings) -> np.ndarray:
-        """(steps, nu): the arm following the path linearly interpolated, the gripper the
-        openings at the hand's speed, the rest as a reset leaves it (0)."""
+        """(steps, nu): the arm following the path linearly interpolated (with the servo fed
+        forward, plus its lead times each segment's velocity; none after the last point), the
+        gripper the openings at the hand's speed, the rest as a reset leaves it (0)."""
         ctrl = np.zeros((len(step_times), nu))
         for k, column in enumerate(path.T):
             ctrl[:, self._arm_actuators[k]] = np.interp(step_times, times, column)
+        if self._lead is not None:
+            segment = np.searchsorted(times, step_times, side="right") - 1
+            moving = segment < len(times) - 1
+            slopes = np.diff(path, axis=0) / np.diff(times)[:, None]
+            ctrl[np.ix_(moving, self._arm_actuators)] += self._lead * slopes[segment[moving]]
         if openings is not None:
             goal = np.interp(step_times, times, openings)
             moved = rate_limited(goal, openings[0], self._finger_step)

@@ -52,6 +52,7 @@ from vla_runtime.core.trajectory import (
 from vla_runtime.sim.scene import build_scene
 from vla_runtime.sim.workcell import (
     GRIPPER_ACTUATOR,
+    SERVO_FEEDFORWARD,
     SceneConfig,
     cube_names,
     cube_poses,
@@ -59,6 +60,14 @@ from vla_runtime.sim.workcell import (
 )
 
 MODEL_FINGER_JOINTS = ("finger_joint1", "finger_joint2")
+
+
+def servo_fed_forward(model: mujoco.MjModel) -> bool:
+    """Whether the scene was built with its arm servo fed the setpoint's velocity."""
+    try:
+        return bool(model.numeric(SERVO_FEEDFORWARD).data[0])
+    except KeyError:
+        return False
 
 
 def velocity_lead_s(model: mujoco.MjModel, actuators) -> np.ndarray:

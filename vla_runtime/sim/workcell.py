@@ -33,6 +33,7 @@ TABLE_HALF_SIZE = (0.6, 0.8, 0.02)
 TABLE_CENTRE_X = 0.35
 FLOOR_Z = -0.75
 GRIPPER_ACTUATOR = "hand"  # every robot's gripper actuator, a spring on the fingers' tendon
+SERVO_FEEDFORWARD = "servo_feedforward"  # a model numeric: the arm's servo is fed forward
 TCP_SITE = "tcp"  # every robot's TCP, the fingertips' centre, a site on its "hand" body
 GRIPPER_OPEN_CTRL = 255.0  # the franky-sim "hand" actuator: 0 closed .. 255 fully open
 # The hand squeezes what it closes on with this force per finger (N): the grasp force the real
@@ -104,8 +105,12 @@ def _look_at_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 
 
 def configure_spec(spec: mujoco.MjSpec, config: SceneConfig) -> None:
-    """1 kHz physics with sleeping cubes, and cheap offscreen rendering."""
+    """1 kHz physics with sleeping cubes, cheap offscreen rendering, and the servo recorded in
+    the model (SERVO_FEEDFORWARD), so that whoever simulates the published scene, the safety
+    node's rollout, moves the arm as the driver does."""
     spec.option.timestep = 0.001
+    if config.servo_feedforward:
+        spec.add_numeric(name=SERVO_FEEDFORWARD, data=[1.0])
     # Resting cubes sleep (no contact solving) until something awake touches them: this halves
     # the cost of a physics step with four cubes on the table.
     spec.option.enableflags |= mujoco.mjtEnableBit.mjENBL_SLEEP
