@@ -158,7 +158,8 @@ class Physics:
         m = self.model
         self.tcp_speed = tcp_speed
         self.box = keep_out
-        robot, bolted = robot_bodies(m, load_robot(ROBOT).joints[0])
+        robot_config = load_robot(ROBOT)
+        robot, bolted = robot_bodies(m, robot_config.joints[0])
         self.robot_bodies = set(robot)
         self.moving_bodies = np.array([b for b in robot if b not in bolted])
         self.bolted = set(bolted)
@@ -170,7 +171,6 @@ class Physics:
         self.tcp = m.site(TCP_SITE).id
         self.gripper = m.actuator(GRIPPER_ACTUATOR).id
         self.per_opening = gripper_ctrl_per_opening(m)
-        robot_config = load_robot(ROBOT)
         self.finger_step = robot_config.gripper_max_speed / 2 * self.model.opt.timestep
         self.force = np.zeros(6)
 
