@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
+from std_msgs.msg import String
 from tqdm import tqdm
 from trajectory_msgs.msg import JointTrajectory
 
@@ -99,6 +100,7 @@ def summarise(task, results: list[EpisodeResult], settings: dict) -> dict:
         "milestones_s": stack_eval.summarise_milestones([r.milestones_s for r in results]),
         "failed_seeds": [r.seed for r in results if not r.success],
         "refused_episodes": sum(bool(r.refused) for r in results),
+        "refusals": {r.seed: r.refused for r in results if r.refused},
         **_engine_cost(results),
         **settings,
     }
@@ -211,6 +213,17 @@ def evaluate_stack(
     stack.node.create_subscription(DiagnosticArray, topics.ENGINE_STATS, on_stats, 50)
     published = 0  # chunks the engine has published so far (its stats count them)
     request_pub = stack.node.create_publisher(JointTrajectory, topics.INFERENCE_REQUEST, 10)
+    reflexes: list[str] = []  # the simulated arm's refusals, as its driver reports them
+
+    def on_driver_event(msg) -> None:
+        try:
+            event = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(event, dict) and event.get("event") == "reflex":
+            reflexes.append(str(event.get("reason", "")))
+
+    stack.node.create_subscription(String, topics.DRIVER_EVENTS, on_driver_event, 50)
     reader = SceneReader(env.model, scene_colours())
     results = []
 
@@ -270,8 +283,13 @@ def evaluate_stack(
                 )
                 periods = (env.advance for _ in range(min(execute, len(chunk.times))))
                 steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
+                if reflexes:
+                    result.refused = reflexes[0]
+                    break
             result.steps = steps
             results.append(result)
+            if result.refused:  # the arm stays latched until an operator recovers it
+                break
     finally:
         env.close()
     settings = {"via": "jtc", "seed": seed, "execute": execute, "checkpoint": checkpoint,
@@ -351,6 +369,12 @@ def eval_main(argv: list[str] | None = None) -> int:
             realtime=args.realtime, noise_scale=args.noise_scale,
         )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
+    if summary["episodes"] < args.episodes:  # a refusal latched the arm: the rest cannot run
+        seed, reason = next(iter(summary["refusals"].items()))
+        print(f"vla-runtime eval: FAILED: the simulated arm refused a command in episode {seed} "
+              f"({reason}); {summary['episodes']} of {args.episodes} episodes ran",
+              file=sys.stderr)  # fmt: skip
+        return 1
     return 0
 
 
