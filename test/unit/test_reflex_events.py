@@ -3,7 +3,12 @@
 
 import json
 
-from vla_runtime.core.reflex_events import recovered, refused_command, refused_recovery
+from vla_runtime.core.reflex_events import (
+    parse_reflex,
+    recovered,
+    refused_command,
+    refused_recovery,
+)
 
 TOPIC = "/fr3_arm_controller/joint_trajectory"
 FAULT = "joint_velocity_violation: fr3_joint2 3.00 rad/s > 2.62 (limit)"
@@ -64,3 +69,13 @@ def test_a_refused_recovery_says_why_and_keeps_the_operators_reason():
         "reason": "retry", "stamp": 4.0,
     }  # fmt: skip
     assert report.log == "recovery refused: rogue_publisher: /rogue still publishing"
+
+
+def test_a_reader_finds_the_reflex_and_nothing_else_in_driver_events():
+    reflex = refused_command(TOPIC, FAULT, FAULT, 2.0).event
+    assert parse_reflex(json.dumps(reflex)) == reflex
+    rejected = refused_command(TOPIC, "3 positions for 7 arm joints", None, 1.5).event
+    recovery = recovered(FAULT, 3.0, "cleared the table").event
+    for text in (json.dumps(rejected), json.dumps(recovery), "not json", "[1, 2]", '"reflex"',
+                 '{"event": "reflex"'):  # fmt: skip
+        assert parse_reflex(text) is None, text

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from vla_runtime.core import topics
@@ -61,3 +62,15 @@ def refused_recovery(why: str, reason: str, stamp: float) -> Report:
     """The report of an operator's recovery (for `reason`) refused because of `why`."""
     event = {"event": "recovery_refused", "why": why, "reason": reason, "stamp": stamp}
     return Report(event, f"recovery refused: {why}")
+
+
+def parse_reflex(text: str) -> dict | None:
+    """The "reflex" event in a /vla/driver/events message, or None for any other event and for
+    text that is not a JSON object."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("event") != "reflex":
+        return None
+    return event

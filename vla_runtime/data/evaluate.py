@@ -39,6 +39,7 @@ from vla_runtime.core import topics
 from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.policy_checkpoint import checkpoint_image_size
+from vla_runtime.core.reflex_events import parse_reflex
 from vla_runtime.core.stats import compute_cost
 from vla_runtime.data import stack_eval
 from vla_runtime.data.eval_cli import DEFAULT_EXECUTE, EVAL_SEED, build_parser
@@ -216,11 +217,8 @@ def evaluate_stack(
     reflexes: list[str] = []  # the simulated arm's refusals, as its driver reports them
 
     def on_driver_event(msg) -> None:
-        try:
-            event = json.loads(msg.data)
-        except ValueError:
-            return
-        if isinstance(event, dict) and event.get("event") == "reflex":
+        event = parse_reflex(msg.data)
+        if event is not None:
             reflexes.append(str(event.get("reason", "")))
 
     stack.node.create_subscription(String, topics.DRIVER_EVENTS, on_driver_event, 50)

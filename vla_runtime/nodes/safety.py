@@ -36,6 +36,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
 from vla_runtime.core.kinematics import chain_for
+from vla_runtime.core.reflex_events import parse_reflex
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety import latch_store
 from vla_runtime.core.safety.chunk_check import ChunkCheckConfig, ChunkChecker
@@ -227,11 +228,8 @@ class SafetyNode(RuntimeNode):
     def _on_driver_event(self, msg: String) -> None:
         """A driver's latched fault (reflex, protective stop, a rogue command publisher) stops
         the gate too: a driver recovered later must not find the gate far along the plan."""
-        try:
-            event = json.loads(msg.data)
-        except ValueError:
-            return
-        if not isinstance(event, dict) or event.get("event") != "reflex" or not event.get("fault"):
+        event = parse_reflex(msg.data)
+        if event is None or not event.get("fault"):
             return
         stamp = event.get("stamp")
         # Reported before the last reset (in flight while the operator recovered): past.
