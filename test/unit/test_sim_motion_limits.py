@@ -300,12 +300,29 @@ def test_trajectory_acceleration_just_under_and_just_over_the_limit(sim):
     assert sim.fault == reason
 
 
-def test_trajectory_stamped_in_the_past_jumps_the_setpoint_and_trips(sim):
+def test_trajectory_stamped_in_the_past_is_joined_from_now_until_its_first_point(sim):
     run_for(sim, 0.5)
     home = np.array(sim.robot.home)
-    # Started 0.4 s ago, reaching +0.2 rad in 0.5 s: the setpoint would jump 0.16 rad at once.
-    goal = (home + one_joint(0.2)).tolist()
-    reason = sim.set_trajectory(arm(sim), [goal], [0.5], start_time=sim.time - 0.4)
+    # Started 0.4 s ago, its point at 0.5 s: the setpoint goes from now, +0.1 rad in 0.1 s
+    # (1 rad/s), never from the stamp (which would step it 0.08 rad at once).
+    goal = home + one_joint(0.1)
+    assert sim.set_trajectory(arm(sim), [goal.tolist()], [0.5], start_time=sim.time - 0.4) is None
+    run_for(sim, 0.05)
+    assert sim.setpoint[J2] == pytest.approx(home[J2] + 0.05, abs=2e-3)
+    run_for(sim, 0.1)
+    assert sim.fault is None and sim.setpoint[J2] == pytest.approx(goal[J2])
+    # Back with 5 ms of it left: 0.1 rad in 5 ms (20 rad/s) trips the reflex.
+    assert sim.set_trajectory(arm(sim), [home.tolist()], [0.5], start_time=sim.time - 0.495)
+    assert sim.fault.startswith("joint_velocity_violation: fr3_joint2")
+
+
+def test_trajectory_whose_first_point_has_passed_steps_onto_it_and_trips(sim):
+    run_for(sim, 0.5)
+    home = np.array(sim.robot.home)
+    # Started 0.4 s ago: its segment from +0.1 rad (at 0.1 s) to +0.2 rad (at 0.5 s) is at
+    # +0.175 rad now, where the controller's setpoint would jump at once.
+    points = [(home + one_joint(0.1)).tolist(), (home + one_joint(0.2)).tolist()]
+    reason = sim.set_trajectory(arm(sim), points, [0.1, 0.5], start_time=sim.time - 0.4)
     assert reason is not None and reason.startswith("joint_velocity_violation: fr3_joint2")
 
 

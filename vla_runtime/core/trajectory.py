@@ -133,6 +133,11 @@ class TrajectorySampler:
     trajectory starts; `times` are time_from_start of the points; `positions` etc. are
     (points x joints) arrays in the controller's joint order. Raises TrajectoryRejected when the
     last point is before `now`.
+
+    A trajectory that starts before `now` is joined as ros2_control's JointTrajectoryController
+    joins it: from the setpoint at `now` to the first point still ahead, or, once a point has
+    passed, along the trajectory's own segments, from the last point passed (so the setpoint
+    steps onto the trajectory, for the caller's limit check to judge).
     """
 
     def __init__(
@@ -152,8 +157,8 @@ class TrajectorySampler:
         start_p = np.asarray(start_positions, dtype=float)
         if start_p.shape != (width,):
             raise ValueError(f"start has {start_p.shape} positions for {width} joints")
-        self.start_time = float(start_time)
-        self.end_time = self.start_time + float(times[-1])
+        point_times = [float(start_time) + float(t) for t in times]
+        self.end_time = point_times[-1]
         if now is not None and self.end_time < now:
             raise TrajectoryRejected(
                 f"trajectory ends at {self.end_time:.3f} s, already past (now {now:.3f} s)"
@@ -166,6 +171,7 @@ class TrajectorySampler:
                 return [default] * n_points
             return [np.asarray(v, dtype=float) if len(v) else default for v in values]
 
+        knot_times = [float(start_time), *point_times]
         knot_p = [start_p, *positions]
         knot_v = [
             zeros if start_velocities is None else np.asarray(start_velocities, float),
@@ -175,7 +181,16 @@ class TrajectorySampler:
             zeros if start_accelerations is None else np.asarray(start_accelerations, float),
             *rows(accelerations),
         ]
-        self._knot_times = [self.start_time] + [self.start_time + float(t) for t in times]
+        if now is not None and knot_times[0] < now:
+            passed = bisect_right(point_times, now)  # points already past
+            if passed == 0:
+                knot_times[0] = float(now)
+            else:
+                knot_times, knot_p = knot_times[passed:], knot_p[passed:]
+                knot_v, knot_a = knot_v[passed:], knot_a[passed:]
+                start_p, n_points = knot_p[0], n_points - passed
+        self.start_time = knot_times[0]
+        self._knot_times = knot_times
         self._coefficients = []
         for i in range(n_points):
             h = self._knot_times[i + 1] - self._knot_times[i]

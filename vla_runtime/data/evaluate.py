@@ -12,7 +12,9 @@ Paths (`--via`):
   arm's JointTrajectoryController topic (a chunk is a JTC message by design) and advances
   `--execute` control periods of physics. Deterministic (the engine's latency does not cost sim
   time); the engine's wall-clock latency is measured and reported. `--realtime` runs the driver
-  at real-time factor 1 instead, so latency costs sim time (what dynamic_reach is about).
+  at real-time factor 1 instead, so latency costs sim time (what dynamic_reach is about). Each
+  chunk joins the running one as a real JTC joins it, unblended: in real time the step to its
+  first action can trip the simulated arm's velocity reflex, which ends the run as FAILED.
   The streamer and safety nodes are not in this loop.
 - `inprocess`: Policy + TaskSimulator + SceneRenderer in this process, no ROS: the same
   receding-horizon loop, a fast development tool.
