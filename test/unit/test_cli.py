@@ -1,9 +1,11 @@
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
+from vla_runtime.bench.progress import stdout_to_stderr
 from vla_runtime.cli import BENCHMARKS, build_parser, main
 
 
@@ -50,6 +52,16 @@ def test_bench_progress_bar_is_on_stderr_only(capsys):
     out, err = capsys.readouterr()
     assert json.loads(out)["benchmark"] == "sim"
     assert "bench sim" not in err
+
+
+def test_what_a_library_writes_to_stdout_during_a_benchmark_goes_to_stderr(capfd):
+    with stdout_to_stderr():
+        print("from python", flush=True)
+        os.write(1, b"from c\n")  # as a library's C code or its own threads write
+    print('{"result": 1}')
+    out, err = capfd.readouterr()
+    assert out == '{"result": 1}\n'
+    assert "from python" in err and "from c" in err
 
 
 def test_every_benchmark_takes_no_progress():

@@ -8,10 +8,11 @@ its total however long the phases of unknown length (a budget of 0) take.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 
 from tqdm import tqdm
 
@@ -35,6 +36,22 @@ def step(bar: tqdm | None, label: str) -> Iterator[None]:
     yield
     if bar is not None:
         bar.update(1)
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Whatever writes to stdout in the block, Python or a library's own threads and C code
+    (Ray prints its cluster's errors there), goes to stderr: stdout keeps only the JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class PhaseBar:

@@ -15,7 +15,7 @@ import time
 from tqdm import tqdm
 
 from vla_runtime.bench.echo import EchoPolicy, bench_observation, overhead_ms, percentiles
-from vla_runtime.bench.progress import step
+from vla_runtime.bench.progress import stdout_to_stderr, step
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.threads import limit_threads
 from vla_runtime.engine.remote import ray_serve
@@ -131,16 +131,17 @@ def fleet_figures(
     import ray
 
     limit_threads(1)
-    ray.init(num_cpus=max(REPLICAS, os.cpu_count() or 1), include_dashboard=False,
-             log_to_driver=False)  # fmt: skip
-    try:
-        with step(bar, "ray overhead"):
-            result = {"overhead_ms": overhead(n), "throughput_rps": {}}
-        for count in robots:
-            figures = result["throughput_rps"][str(count)] = {}
-            for mode in ("unbatched", "batched"):
-                with step(bar, f"ray {count} robots {mode}"):
-                    figures[mode] = round(throughput(count, mode == "batched", seconds), 1)
-    finally:
-        ray.shutdown()
+    with stdout_to_stderr():
+        ray.init(num_cpus=max(REPLICAS, os.cpu_count() or 1), include_dashboard=False,
+                 log_to_driver=False)  # fmt: skip
+        try:
+            with step(bar, "ray overhead"):
+                result = {"overhead_ms": overhead(n), "throughput_rps": {}}
+            for count in robots:
+                figures = result["throughput_rps"][str(count)] = {}
+                for mode in ("unbatched", "batched"):
+                    with step(bar, f"ray {count} robots {mode}"):
+                        figures[mode] = round(throughput(count, mode == "batched", seconds), 1)
+        finally:
+            ray.shutdown()
     return result

@@ -59,15 +59,16 @@ def collect(
     image_size: int = DEFAULT_IMAGE_SIZE,
     progress: bool = True,
     robot: str = "fr3",
+    servo_feedforward: bool = False,
 ) -> dict:
     """Collect `episodes` expert episodes of `task` on `robot` (seeds seed, seed+1, ...) into
-    `out`."""
+    `out`; `servo_feedforward`: on the simulated servo that tracks its setpoint's velocity."""
 
     check_task(task)
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")
     writer = task_dataset_writer(out, image_size, robot)
-    env = make_env(task, mode, image_size, robot)
+    env = make_env(task, mode, image_size, robot, servo_feedforward)
     reader = SceneReader(env.model, scene_colours())
     done = successes = frames = 0
     started = time.perf_counter()
@@ -110,13 +111,16 @@ def collect(
         "out": str(out),
         "image_size": image_size,
         "seed": seed,
+        "servo_feedforward": servo_feedforward,
     }
 
 
-def make_env(task: str, mode: str, image_size: int, robot: str = "fr3"):
+def make_env(task: str, mode: str, image_size: int, robot: str = "fr3",
+             servo_feedforward: bool = False):  # fmt: skip
     if mode == "inprocess":
-        return InProcessEnv(task, image_size, robot=robot)
-    return RosEnv(task, image_size, realtime=mode == "realtime", arguments={"robot": robot})
+        return InProcessEnv(task, image_size, robot=robot, servo_feedforward=servo_feedforward)
+    arguments = {"robot": robot, "servo_feedforward": servo_feedforward}
+    return RosEnv(task, image_size, realtime=mode == "realtime", arguments=arguments)
 
 
 def stack_arguments(items: list[str]) -> dict:
@@ -147,6 +151,12 @@ def collect_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE)
     parser.add_argument(
         "--robot", choices=SIMULATED_ROBOTS, help="simulated arm (default fr3; recovery: CKPT's)"
+    )
+    parser.add_argument(
+        "--servo-feedforward",
+        action="store_true",
+        help="the simulated servo tracks its setpoint's velocity, as a real arm's controller does "
+        "(the shipped checkpoints were trained without it)",
     )
     recovery = parser.add_argument_group(
         "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"
@@ -219,12 +229,14 @@ def collect_main(argv: list[str] | None = None) -> int:
         summary = collect_recovery(
             args.recover_from, args.task, args.episodes, args.out, args.seed,
             args.branch_every, args.branch_steps, args.execute, progress=not args.no_progress,
+            servo_feedforward=args.servo_feedforward,
         )  # fmt: skip
         print(json.dumps(summary, indent=None if args.json else 2))
         return 130 if summary["interrupted"] else 0
     summary = collect(
         args.task, args.episodes, args.out, args.seed, args.mode, args.image_size,
         progress=not args.no_progress, robot=args.robot or "fr3",
+        servo_feedforward=args.servo_feedforward,
     )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     return 130 if summary["interrupted"] else 0

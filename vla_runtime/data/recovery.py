@@ -68,8 +68,10 @@ def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> 
 def collect_recovery(
     checkpoint: str, task: str, episodes: int, out: str | Path, seed: int = 0,
     branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
+    servo_feedforward: bool = False,
 ) -> dict:  # fmt: skip
-    """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert off it."""
+    """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert off it;
+    `servo_feedforward`: on the simulated servo that tracks its setpoint's velocity."""
 
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")
@@ -77,7 +79,7 @@ def collect_recovery(
     size = policy.spec.cameras[0].height
     robot = policy.spec.robot or "fr3"
     writer = task_dataset_writer(out, size, robot)
-    env = InProcessEnv(task, size, robot=robot)
+    env = InProcessEnv(task, size, robot=robot, servo_feedforward=servo_feedforward)
     reader = SceneReader(env.model, scene_colours())
     branches = branch_successes = policy_successes = done = cut_branches = 0
     refused_rollouts = 0
@@ -128,5 +130,5 @@ def collect_recovery(
         "policy_success_rate": policy_successes / max(done, 1),
         "seconds": round(time.perf_counter() - started, 1), "out": str(out),
         "checkpoint": checkpoint, "seed": seed, "branch_every": branch_every,
-        "branch_steps": branch_steps, "execute": execute,
+        "branch_steps": branch_steps, "execute": execute, "servo_feedforward": servo_feedforward,
     }  # fmt: skip

@@ -51,8 +51,8 @@ class InProcessEnv:
     """Simulator + renderers in this process (no ROS): fast and deterministic."""
 
     def __init__(self, task: str, image_size: int = DEFAULT_IMAGE_SIZE, cameras=CAMERAS,
-                 robot: str = "fr3"):  # fmt: skip
-        self.sim = TaskSimulator(task, robot=robot)
+                 robot: str = "fr3", servo_feedforward: bool = False):  # fmt: skip
+        self.sim = TaskSimulator(task, robot=robot, servo_feedforward=servo_feedforward)
         self.renderers = {
             c: SceneRenderer(self.sim.xml, c, image_size, image_size) for c in cameras
         }
