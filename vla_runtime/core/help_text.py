@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+SERVO_FEEDFORWARD_HELP = (
+    "the simulated servo tracks its setpoint's velocity, as a real arm's controller does (the "
+    "shipped checkpoints were trained without it)"
+)
+
 
 def help_summary(doc: str | None) -> str:
     """The first paragraph of `doc`, as one line (a `--help` description)."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vla_runtime.core.help_text import CommandParser
+from vla_runtime.core.help_text import SERVO_FEEDFORWARD_HELP, CommandParser
 from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
@@ -155,8 +155,7 @@ def collect_main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--servo-feedforward",
         action="store_true",
-        help="the simulated servo tracks its setpoint's velocity, as a real arm's controller does "
-        "(the shipped checkpoints were trained without it)",
+        help=SERVO_FEEDFORWARD_HELP,
     )
     recovery = parser.add_argument_group(
         "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"

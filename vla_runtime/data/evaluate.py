@@ -138,13 +138,15 @@ def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, fram
 def evaluate_in_process(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float | None = None,
+    servo_feedforward: bool = False,
 ) -> dict:  # fmt: skip
     """Development tool: no ROS, same loop as the stack path."""
 
     policy = load_policy("torch", checkpoint, seed=0, noise_scale=noise_scale)
     size = policy.spec.cameras[0].height
     cameras = [c.name for c in policy.spec.cameras]
-    env = InProcessEnv(task, size, cameras, robot=policy.spec.robot or "fr3")
+    env = InProcessEnv(task, size, cameras, robot=policy.spec.robot or "fr3",
+                       servo_feedforward=servo_feedforward)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
     results = []
     try:
@@ -170,7 +172,8 @@ def evaluate_in_process(
             results.append(result)
     finally:
         env.close()
-    settings = {"via": "inprocess", "seed": seed, "execute": execute, "checkpoint": checkpoint}
+    settings = {"via": "inprocess", "seed": seed, "execute": execute, "checkpoint": checkpoint,
+                "servo_feedforward": servo_feedforward}  # fmt: skip
     return summarise(task, results, {**settings, "noise_scale": policy.noise_scale})
 
 
@@ -181,7 +184,7 @@ def evaluate_stack(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, realtime: bool = False,
     engine_params: dict | None = None, scheduler: dict | None = None,
-    noise_scale: float | None = None,
+    noise_scale: float | None = None, servo_feedforward: bool = False,
 ) -> dict:  # fmt: skip
     """The sim stack's driver, cameras and engine (`engine_params`: more engine parameters);
     `scheduler`: also its scheduler node, with these parameters. Lock-step by default;
@@ -195,7 +198,8 @@ def evaluate_stack(
     size = spec.cameras[0].height
     # The harness forwards whole chunks: no plan to guide the next one with.
     arguments = {"checkpoint": os.path.abspath(checkpoint), "plan_guidance": False,
-                 "scheduler": scheduler is not None, "robot": spec.robot or "fr3"}  # fmt: skip
+                 "scheduler": scheduler is not None, "robot": spec.robot or "fr3",
+                 "servo_feedforward": servo_feedforward}  # fmt: skip
     parameters = {
         "engine": {"noise_scale": float(noise_scale), **(engine_params or {})},
         "scheduler": scheduler or {},
@@ -293,7 +297,7 @@ def evaluate_stack(
     finally:
         env.close()
     settings = {"via": "jtc", "seed": seed, "execute": execute, "checkpoint": checkpoint,
-                "noise_scale": noise_scale}  # fmt: skip
+                "noise_scale": noise_scale, "servo_feedforward": servo_feedforward}  # fmt: skip
     return summarise(task, results, {**settings, "lockstep": not realtime})
 
 
@@ -326,6 +330,8 @@ def eval_main(argv: list[str] | None = None) -> int:
             parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc!r})")
         overrides.update(checkpoint=os.path.abspath(args.ckpt), stream_mode=args.mode,
                          image_size=image_size, robot=robot)  # fmt: skip
+        if args.servo_feedforward:
+            overrides["servo_feedforward"] = True
         if args.backend:
             overrides["backend"] = args.backend
         if args.scheduler:
@@ -361,12 +367,13 @@ def eval_main(argv: list[str] | None = None) -> int:
     if args.via == "inprocess":
         summary = evaluate_in_process(
             args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
-            args.noise_scale,
+            args.noise_scale, args.servo_feedforward,
         )  # fmt: skip
     else:
         summary = evaluate_stack(
             args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
             realtime=args.realtime, noise_scale=args.noise_scale,
+            servo_feedforward=args.servo_feedforward,
         )  # fmt: skip
     print(json.dumps(summary, indent=None if args.json else 2))
     if summary["episodes"] < args.episodes:  # a refusal latched the arm: the rest cannot run
