@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from vla_runtime.core.help_text import SERVO_FEEDFORWARD_HELP, CommandParser
+from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, CommandParser
 from vla_runtime.core.policy_checkpoint import LOCAL_BACKENDS
 from vla_runtime.stack.resolver import StackError, coerce_scalar, load_stack_file, resolve_stack
 
@@ -170,8 +170,7 @@ BENCH_OPTIONS = {
                           {"choices": ["trajectory", "forward_position"], "default": "trajectory",
                            "help": "the interface the gate drives"}),
     "faults": (["--faults"], {"help": "comma-separated fault names (default: all)"}),
-    "servo_feedforward": (["--servo-feedforward"],
-                          {"action": "store_true", "help": SERVO_FEEDFORWARD_HELP}),
+    "servo_feedforward": (["--servo-feedforward"], SERVO_FEEDFORWARD_OPTION),
 }  # fmt: skip
 # name -> (what it measures, its options)
 BENCHMARKS = {

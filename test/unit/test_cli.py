@@ -106,6 +106,17 @@ def test_calibrate_without_sim_says_what_hardware_needs(procedure, capsys):
             "collect --task reach --episodes 1 --out {tmp}/ds --seed 90000".split(),
             "reserved for evaluation",
         ),
+        (
+            "collect --task reach --episodes 1 --out {tmp}/ds --teacher {missing}".split(),
+            "--teacher teaches the branches of --recover-from",
+        ),
+        (
+            (
+                "collect --task reach --episodes 1 --out {tmp}/ds --recover-from "
+                "checkpoints/vla_tiny_sim --teacher {missing}"
+            ).split(),
+            "is not a checkpoint",
+        ),
         ("eval --task reach --ckpt {missing}".split(), "no such checkpoint directory"),
         ("eval --task reach --episodes 0".split(), "--episodes must be >= 1"),
         ("ab --a backend=torch --b backend=torch --task reach --sim".split(), "nothing to compare"),

@@ -4,11 +4,15 @@ drifted state starts where the arm is and heads for the named cube."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.expert_recording import ExpertRecorder
 from vla_runtime.data.experts import ArmKinematics, hand_rotation
-from vla_runtime.data.recovery import SimCheckpoint, expert_branch
-from vla_runtime.sim.env import CommandRefused, InProcessEnv
+from vla_runtime.data.recovery import PolicyTeacher, SimCheckpoint, expert_branch
+from vla_runtime.engine.factory import load_policy
+from vla_runtime.engine.policy import Observation, chunk_to_positions
+from vla_runtime.sim.env import CommandRefused, InProcessEnv, clip_to_limits
 from vla_runtime.sim.tasks import SceneReader, TaskSimulator, scene_colours
 
 
@@ -105,3 +109,26 @@ def test_an_expert_taking_over_a_held_cube_keeps_the_grip_and_lifts_it():
         assert branch.success
     finally:
         env.close()
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_a_policy_teaches_a_branch_with_the_actions_it_plans():
+    policy = load_policy("torch", str(shipped_checkpoint()), seed=0, noise_scale=0.0)
+    env = InProcessEnv("dynamic_reach", image_size=96)
+    try:
+        frame = env.reset(seed=3)
+        reader = SceneReader(env.model, scene_colours())
+        obs = Observation(frame.images, frame.state, env.setup.instruction, frame.time)
+        rows = chunk_to_positions(policy.infer(obs).actions[:4], frame.state, policy.spec)
+        planned = clip_to_limits(rows, env.sim.robot)
+        saved = SimCheckpoint(env.sim)
+        taught = expert_branch(env, frame, reader, 6, PolicyTeacher(policy, env.sim.robot, 4))
+        saved.restore(env.sim)
+        scripted = expert_branch(env, frame, reader, 6)
+    finally:
+        env.close()
+    # The first 4 actions are the chunk planned from the branch's first frame; the fifth comes
+    # from a new plan made where the arm had got to; none of it is the scripted expert's.
+    np.testing.assert_allclose(taught.action[:4], planned, atol=1e-5)
+    assert taught.action.shape == (6, 8) and not np.allclose(taught.action, scripted.action)
+    np.testing.assert_array_equal(taught.state[0], frame.state)

@@ -72,7 +72,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.bench.progress import bench_bar, step
 from vla_runtime.core import topics
-from vla_runtime.core.help_text import SERVO_FEEDFORWARD_HELP, help_summary
+from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, help_summary
 from vla_runtime.core.overdue import DURATION_WINDOW
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
@@ -828,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--observe", type=float, default=3.0)
     parser.add_argument("--robot", choices=sorted(ROBOTS), default="fr3")
     parser.add_argument("--command-interface", choices=COMMAND_INTERFACES, default="trajectory")
-    parser.add_argument("--servo-feedforward", action="store_true", help=SERVO_FEEDFORWARD_HELP)
+    parser.add_argument("--servo-feedforward", **SERVO_FEEDFORWARD_OPTION)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     faults = fault_names(args.faults, args.quick)

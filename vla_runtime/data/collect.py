@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vla_runtime.core.help_text import SERVO_FEEDFORWARD_HELP, CommandParser
+from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, CommandParser
 from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
@@ -152,11 +152,7 @@ def collect_main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--robot", choices=SIMULATED_ROBOTS, help="simulated arm (default fr3; recovery: CKPT's)"
     )
-    parser.add_argument(
-        "--servo-feedforward",
-        action="store_true",
-        help=SERVO_FEEDFORWARD_HELP,
-    )
+    parser.add_argument("--servo-feedforward", **SERVO_FEEDFORWARD_OPTION)
     recovery = parser.add_argument_group(
         "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"
     )
@@ -164,6 +160,9 @@ def collect_main(argv: list[str] | None = None) -> int:
     recovery.add_argument("--branch-every", type=int, default=8, help="control steps")
     recovery.add_argument("--branch-steps", type=int, default=24, help="expert steps per branch")
     recovery.add_argument("--execute", type=int, default=2, help="policy actions per chunk")
+    recovery.add_argument("--teacher", metavar="CKPT",
+                          help="a policy checkpoint teaches the branches instead of the scripted "
+                               "expert (same cameras and arm as --recover-from)")  # fmt: skip
     perception = parser.add_argument_group(
         "perception (no privileged state): cameras find the cubes, the robot resets the scene"
     )
@@ -217,6 +216,8 @@ def collect_main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             return 1
         return 0
+    if args.teacher and not args.recover_from:
+        parser.error("--teacher teaches the branches of --recover-from")
     if args.recover_from:
         try:
             robot = load_spec(args.recover_from).robot or "fr3"
@@ -225,11 +226,19 @@ def collect_main(argv: list[str] | None = None) -> int:
         if args.robot and args.robot != robot:
             parser.error(f"--recover-from {args.recover_from} was trained for {robot}, not "
                          f"{args.robot}")  # fmt: skip
-        summary = collect_recovery(
-            args.recover_from, args.task, args.episodes, args.out, args.seed,
-            args.branch_every, args.branch_steps, args.execute, progress=not args.no_progress,
-            servo_feedforward=args.servo_feedforward,
-        )  # fmt: skip
+        if args.teacher:
+            try:
+                load_spec(args.teacher)
+            except (OSError, PolicyError) as exc:
+                parser.error(f"--teacher {args.teacher} is not a checkpoint ({exc})")
+        try:
+            summary = collect_recovery(
+                args.recover_from, args.task, args.episodes, args.out, args.seed,
+                args.branch_every, args.branch_steps, args.execute, progress=not args.no_progress,
+                servo_feedforward=args.servo_feedforward, teacher=args.teacher,
+            )  # fmt: skip
+        except ValueError as exc:
+            parser.error(str(exc))
         print(json.dumps(summary, indent=None if args.json else 2))
         return 130 if summary["interrupted"] else 0
     summary = collect(

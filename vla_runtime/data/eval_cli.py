@@ -7,7 +7,7 @@ without loading torch, MuJoCo's renderer and rclpy.
 
 from __future__ import annotations
 
-from vla_runtime.core.help_text import SERVO_FEEDFORWARD_HELP, CommandParser, help_summary
+from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, CommandParser, help_summary
 from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.sim.tasks import TASKS
 
@@ -47,11 +47,7 @@ def build_parser() -> CommandParser:
         type=float,
         help="flow start noise (0: deterministic; default: the checkpoint's, else 1)",
     )
-    parser.add_argument(
-        "--servo-feedforward",
-        action="store_true",
-        help=SERVO_FEEDFORWARD_HELP,
-    )
+    parser.add_argument("--servo-feedforward", **SERVO_FEEDFORWARD_OPTION)
     parser.add_argument("--json", action="store_true", help="one line of JSON")
     parser.add_argument("--no-progress", action="store_true")
     return parser

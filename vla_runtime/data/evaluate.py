@@ -330,8 +330,7 @@ def eval_main(argv: list[str] | None = None) -> int:
             parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc!r})")
         overrides.update(checkpoint=os.path.abspath(args.ckpt), stream_mode=args.mode,
                          image_size=image_size, robot=robot)  # fmt: skip
-        if args.servo_feedforward:
-            overrides["servo_feedforward"] = True
+        overrides["servo_feedforward"] = args.servo_feedforward
         if args.backend:
             overrides["backend"] = args.backend
         if args.scheduler:

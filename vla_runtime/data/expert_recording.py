@@ -27,12 +27,14 @@ ENV_STATE_NAMES = [f"{cube}_{axis}" for cube in ("target", *scene_colours()) for
 
 class ExpertRecorder:
     """A scripted expert driving `env` from the current state, recording each step as a frame
-    (images, state, privileged env state, the expert's action, the success detector)."""
+    (images, state, privileged env state, the expert's action, the success detector).
+    `teacher`: acts in the expert's place (`act(frame, setup) -> (joint target, width)`)."""
 
-    def __init__(self, env, reader: SceneReader):
+    def __init__(self, env, reader: SceneReader, teacher=None):
         self.env, self.reader, self.setup = env, reader, env.setup
         robot = env.robot
         self.expert = ScriptedExpert(self.setup, ArmKinematics(env.model, robot.name))
+        self.teacher = teacher
         self._dof = robot.dof
         self._target = env.model.joint(self.setup.target_body).qposadr[0]
         self.images: dict[str, list] = {}
@@ -45,7 +47,10 @@ class ExpertRecorder:
         snapshot = self.reader.snapshot(frame.qpos)
         flag = is_success(setup, snapshot)
         arm, cube_quat = frame.state[: self._dof], frame.qpos[target + 3 : target + 7]
-        q, width = self.expert.act(snapshot, arm, cube_quat)
+        if self.teacher is None:
+            q, width = self.expert.act(snapshot, arm, cube_quat)
+        else:
+            q, width = self.teacher.act(frame, setup)
         for camera, image in frame.images.items():
             self.images.setdefault(camera, []).append(image)
         self.states.append(frame.state)

@@ -9,6 +9,10 @@ including the drifted ones an expert alone never shows, each with the expert's w
 et al., DAgger, 2011). Training on expert data + branches is
 `vla-runtime train --data expert --data branches --include-failed` (a short branch rarely ends
 in success, and training skips failed episodes otherwise).
+
+A policy can teach in the expert's place (`teacher`): the branches then show what a stronger
+checkpoint does from the states the rolled-out one visits, which distils a behaviour the
+scripted expert's demonstrations did not carry over (DAgger with a learned expert).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 
 import mujoco
+import numpy as np
 from tqdm import tqdm
 
 from vla_runtime.data.expert_recording import (
@@ -48,11 +53,36 @@ class SimCheckpoint:
             setattr(sim, key, copy.deepcopy(value))
 
 
-def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> Episode | None:
-    """A fresh expert from the current state for `steps` control steps, recorded. A command the
-    arm refuses (a fresh expert snapping a tilted wrist upright can exceed a velocity limit)
-    ends the branch before it; None when nothing before it was recorded."""
-    recorder = ExpertRecorder(env, reader)
+class PolicyTeacher:
+    """A checkpoint acting as the expert: it plans from the frame it is in and runs the first
+    `execute` actions of each chunk, as the rolled-out policy does."""
+
+    def __init__(self, policy, robot, execute: int):
+        self.policy, self.robot, self.execute = policy, robot, execute
+        self._rows: list[np.ndarray] = []
+
+    def restart(self) -> None:
+        self._rows = []
+
+    def act(self, frame, setup) -> tuple[np.ndarray, float]:
+        if not self._rows:
+            obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
+            chunk = self.policy.infer(obs).actions[: self.execute]
+            rows = chunk_to_positions(chunk, frame.state, self.policy.spec)
+            self._rows = list(clip_to_limits(rows, self.robot))
+        row = self._rows.pop(0)
+        return row[:-1], float(row[-1])
+
+
+def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int,
+                  teacher: PolicyTeacher | None = None) -> Episode | None:  # fmt: skip
+    """A fresh expert (or `teacher`) from the current state for `steps` control steps,
+    recorded. A command the arm refuses (a fresh expert snapping a tilted wrist upright can
+    exceed a velocity limit) ends the branch before it; None when nothing before it was
+    recorded."""
+    if teacher is not None:
+        teacher.restart()
+    recorder = ExpertRecorder(env, reader, teacher)
     for _ in range(steps):
         try:
             frame, _solved = recorder.step(frame)
@@ -68,18 +98,28 @@ def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int) -> 
 def collect_recovery(
     checkpoint: str, task: str, episodes: int, out: str | Path, seed: int = 0,
     branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
-    servo_feedforward: bool = False,
+    servo_feedforward: bool = False, teacher: str | None = None,
 ) -> dict:  # fmt: skip
-    """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert off it;
-    `servo_feedforward`: on the simulated servo that tracks its setpoint's velocity."""
+    """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert (or the
+    `teacher` checkpoint) off it; `servo_feedforward`: on the simulated servo that tracks its
+    setpoint's velocity."""
 
     if seed + episodes > 90000:
         raise ValueError("seeds >= 90000 are reserved for evaluation")
     policy = load_policy("torch", checkpoint, seed=0)
     size = policy.spec.cameras[0].height
     robot = policy.spec.robot or "fr3"
+    teacher_policy = None if teacher is None else load_policy("torch", teacher, seed=0)
+    if teacher_policy is not None and (
+        teacher_policy.spec.cameras != policy.spec.cameras
+        or (teacher_policy.spec.robot or "fr3") != robot
+    ):
+        raise ValueError(f"teacher {teacher} sees other cameras or drives another arm than "
+                         f"{checkpoint}")  # fmt: skip
     writer = task_dataset_writer(out, size, robot)
     env = InProcessEnv(task, size, robot=robot, servo_feedforward=servo_feedforward)
+    taught_by = None if teacher_policy is None else PolicyTeacher(
+        teacher_policy, env.sim.robot, execute)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
     branches = branch_successes = policy_successes = done = cut_branches = 0
     refused_rollouts = 0
@@ -93,7 +133,7 @@ def collect_recovery(
             while steps < setup.max_steps and not succeeded:
                 if steps % branch_every == 0:
                     saved = SimCheckpoint(env.sim)
-                    branch = expert_branch(env, frame, reader, branch_steps)
+                    branch = expert_branch(env, frame, reader, branch_steps, taught_by)
                     with sigint_deferred() as deferred:  # a finished branch is kept and counted
                         if branch is None or len(branch.action) < branch_steps:
                             cut_branches += 1
@@ -131,4 +171,5 @@ def collect_recovery(
         "seconds": round(time.perf_counter() - started, 1), "out": str(out),
         "checkpoint": checkpoint, "seed": seed, "branch_every": branch_every,
         "branch_steps": branch_steps, "execute": execute, "servo_feedforward": servo_feedforward,
+        "teacher": teacher,
     }  # fmt: skip
