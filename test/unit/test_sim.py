@@ -293,7 +293,7 @@ def test_the_servo_fed_forward_follows_a_moving_setpoint_closely_and_stops_with_
 
 
 def test_without_feedforward_the_servo_lags_a_moving_setpoint_by_kv_over_kp():
-    sim = Simulator()  # the default the shipped policies were trained on
+    sim = Simulator(SceneConfig(servo_feedforward=False))
     start, step = np.array(sim.robot.home), np.eye(7)[0] * 0.003
     for k in range(1, 51):  # 0.3 rad/s
         assert sim.set_forward_positions((start + step * k).tolist()) is None
