@@ -127,8 +127,8 @@ def test_a_policy_teaches_a_branch_with_the_actions_it_plans():
         scripted = expert_branch(env, frame, reader, 6)
     finally:
         env.close()
-    # The first 4 actions are the chunk planned from the branch's first frame; the fifth comes
-    # from a new plan made where the arm had got to; none of it is the scripted expert's.
+    # The first 4 actions are the chunk planned from the branch's first frame, not the
+    # scripted expert's actions.
     np.testing.assert_allclose(taught.action[:4], planned, atol=1e-5)
     assert taught.action.shape == (6, 8) and not np.allclose(taught.action, scripted.action)
     np.testing.assert_array_equal(taught.state[0], frame.state)
