@@ -9,7 +9,7 @@ import pytest
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.data.expert_recording import ExpertRecorder
 from vla_runtime.data.experts import ArmKinematics, hand_rotation
-from vla_runtime.data.recovery import PolicyTeacher, SimCheckpoint, expert_branch
+from vla_runtime.data.recovery import PolicyActor, SimCheckpoint, expert_branch
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
 from vla_runtime.sim.env import CommandRefused, InProcessEnv, clip_to_limits
@@ -122,7 +122,7 @@ def test_a_policy_teaches_a_branch_with_the_actions_it_plans():
         rows = chunk_to_positions(policy.infer(obs).actions[:4], frame.state, policy.spec)
         planned = clip_to_limits(rows, env.sim.robot)
         saved = SimCheckpoint(env.sim)
-        taught = expert_branch(env, frame, reader, 6, PolicyTeacher(policy, env.sim.robot, 4))
+        taught = expert_branch(env, frame, reader, 6, PolicyActor(policy, env.sim.robot, 4))
         saved.restore(env.sim)
         scripted = expert_branch(env, frame, reader, 6)
     finally:

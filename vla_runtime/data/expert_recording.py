@@ -33,8 +33,9 @@ class ExpertRecorder:
     def __init__(self, env, reader: SceneReader, teacher=None):
         self.env, self.reader, self.setup = env, reader, env.setup
         robot = env.robot
-        self.expert = ScriptedExpert(self.setup, ArmKinematics(env.model, robot.name))
         self.teacher = teacher
+        if teacher is None:
+            self.expert = ScriptedExpert(self.setup, ArmKinematics(env.model, robot.name))
         self._dof = robot.dof
         self._target = env.model.joint(self.setup.target_body).qposadr[0]
         self.images: dict[str, list] = {}

@@ -53,9 +53,9 @@ class SimCheckpoint:
             setattr(sim, key, copy.deepcopy(value))
 
 
-class PolicyTeacher:
-    """A checkpoint acting as the expert: it plans from the frame it is in and runs the first
-    `execute` actions of each chunk, as the rolled-out policy does."""
+class PolicyActor:
+    """A checkpoint acting one control step at a time: it plans from the frame it is in and runs
+    the first `execute` actions of each chunk (the rolled-out policy, or a teacher)."""
 
     def __init__(self, policy, robot, execute: int):
         self.policy, self.robot, self.execute = policy, robot, execute
@@ -63,6 +63,10 @@ class PolicyTeacher:
 
     def restart(self) -> None:
         self._rows = []
+
+    @property
+    def between_chunks(self) -> bool:
+        return not self._rows
 
     def act(self, frame, setup) -> tuple[np.ndarray, float]:
         if not self._rows:
@@ -75,7 +79,7 @@ class PolicyTeacher:
 
 
 def expert_branch(env: InProcessEnv, frame, reader: SceneReader, steps: int,
-                  teacher: PolicyTeacher | None = None) -> Episode | None:  # fmt: skip
+                  teacher: PolicyActor | None = None) -> Episode | None:  # fmt: skip
     """A fresh expert (or `teacher`) from the current state for `steps` control steps,
     recorded. A command the arm refuses (a fresh expert snapping a tilted wrist upright can
     exceed a velocity limit) ends the branch before it; None when nothing before it was
@@ -118,7 +122,8 @@ def collect_recovery(
                          f"{checkpoint}")  # fmt: skip
     writer = task_dataset_writer(out, size, robot)
     env = InProcessEnv(task, size, robot=robot, servo_feedforward=servo_feedforward)
-    taught_by = None if teacher_policy is None else PolicyTeacher(
+    student = PolicyActor(policy, env.sim.robot, execute)
+    taught_by = None if teacher_policy is None else PolicyActor(
         teacher_policy, env.sim.robot, execute)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
     branches = branch_successes = policy_successes = done = cut_branches = 0
@@ -129,9 +134,11 @@ def collect_recovery(
         for k in tqdm(range(episodes), desc=f"recovery {task}", disable=not progress):
             frame = env.reset(seed + k)
             setup = env.setup
+            student.restart()
             steps, succeeded = 0, False
-            while steps < setup.max_steps and not succeeded:
-                if steps % branch_every == 0:
+            # A chunk begun before the step limit runs to its end.
+            while not succeeded and (steps < setup.max_steps or not student.between_chunks):
+                if student.between_chunks and steps % branch_every == 0:
                     saved = SimCheckpoint(env.sim)
                     branch = expert_branch(env, frame, reader, branch_steps, taught_by)
                     with sigint_deferred() as deferred:  # a finished branch is kept and counted
@@ -144,19 +151,13 @@ def collect_recovery(
                     if deferred.hit:
                         raise KeyboardInterrupt
                     saved.restore(env.sim)
-                obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
-                chunk = policy.infer(obs).actions[:execute]
-                rows = chunk_to_positions(chunk, frame.state, policy.spec)
-                for a in clip_to_limits(rows, env.sim.robot):
-                    try:
-                        frame = env.step(a[:-1], float(a[-1]))
-                    except CommandRefused:  # the arm's reflex ends this rollout
-                        steps, refused_rollouts = setup.max_steps, refused_rollouts + 1
-                        break
-                    steps += 1
-                    if is_success(setup, reader.snapshot(frame.qpos)):
-                        succeeded = True
-                        break
+                try:
+                    frame = env.step(*student.act(frame, setup))
+                except CommandRefused:  # the arm's reflex ends this rollout
+                    refused_rollouts += 1
+                    break
+                steps += 1
+                succeeded = is_success(setup, reader.snapshot(frame.qpos))
             policy_successes += succeeded
             done += 1
     except KeyboardInterrupt:
