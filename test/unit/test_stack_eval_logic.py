@@ -31,16 +31,22 @@ def test_reasons_are_counted_without_their_numbers_and_joints():
     assert reason_kind("consequence: collision with the table") == "consequence"
 
 
-def test_an_episode_counts_engine_errors_but_not_its_wait_for_first_frames():
+def test_an_episode_counts_engine_errors_apart_from_inputs_it_could_not_use():
     ok = {"infer_ms": "30", "total_ms": "31", "mode": "v0d0", "latency_ms": "60"}
     waiting = {}  # WARN: frames of the new episode on their way
+    failed = {"last_error": "inference: RuntimeError: out of memory"}
+    late = {"last_error": "sync: camera 'scene' frame 0.62 s old (max 0.5)"}
     harness = SimpleNamespace(
         safety_events=[], streamer_stats=[], scheduler_signals=[], driver_events=[],
-        engine_stats=[(0.05, 1, waiting), (0.2, 0, ok), (0.5, 2, {}), (9.0, 2, {})],
+        engine_stats=[(0.05, 1, waiting), (0.2, 0, ok), (0.5, 2, failed), (0.7, 2, late),
+                      (0.9, 2, late), (9.0, 2, failed)],
     )  # fmt: skip
     record = EpisodeRecord(1, "timeout", False, None, sim_s=8.0, wall_s=8.5)
     collect_episode(harness, record, t0=0.0, t_end=8.0)
-    assert record.engine_errors == 1 and record.engine_infer_ms == [30.0]
+    assert record.engine_errors == 1 and record.engine_input_errors == 2
+    assert record.engine_infer_ms == [30.0]
+    summary = summarise("reach", [record], {})
+    assert summary["engine_errors"] == 1 and summary["engine_input_errors"] == 2
 
 
 def _record(seed, success, verdicts, vetoes=None, executed=10, stale=0, infer=(30.0,)):

@@ -63,6 +63,8 @@ STARTUP_TIMEOUT_S = 180.0  # wall s for the first frames and the first chunk of 
 STALL_TIMEOUT_S = 30.0  # wall s without sim-time progress: the stack is stuck
 STATS_WAIT_S = 5.0  # wall s for the streamer's end-of-episode figures
 VERDICTS = ("accept", "clip", "veto", "stale")
+# The engine's failure kinds (engine/inference.py, nodes/engine.py) of inputs it could not use.
+INPUT_FAILURES = ("sync:", "input:")
 MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed or changed, in full
 SCHEDULER_LABELS = ("mode", "tier", "demand", "reasons")  # the rest of a decision is numbers
 VETO_NUMBERS = ("observation_age_s", "state_age_s", "start_jump_rad", "retimed_s", "stamp")
@@ -101,6 +103,9 @@ class EpisodeRecord:
     guided_steps: list = field(default_factory=list)
     guidance_prefix_err: list = field(default_factory=list)
     engine_errors: int = 0
+    # ERROR reports of inputs the engine could not infer from (a loaded host's late frames,
+    # a malformed or non-finite input): the inputs failed, not the engine.
+    engine_input_errors: int = 0
     streamer: dict = field(default_factory=dict)
     driver_events: dict = field(default_factory=dict)
     driver_faults: list = field(default_factory=list)  # the first distinct reasons
@@ -162,6 +167,7 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
         "hold_s": total("empty_plan_ticks") * period,
         "engine_latency_ms": _percentiles(infer),
         "engine_errors": sum(r.engine_errors for r in records),
+        "engine_input_errors": sum(r.engine_input_errors for r in records),
         "inference_rate_hz": len(infer) / sim_s if sim_s else None,
         **compute_cost(
             [x for r in records for x in r.engine_ms], [m for r in records for m in r.modes], sim_s
@@ -547,7 +553,10 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
                 if key.endswith("_age_ms") and key != "state_age_ms":
                     record.camera_age_ms.append(float(value))
         elif level == ERROR_LEVEL:  # WARN: waiting for a new episode's first inputs
-            record.engine_errors += 1
+            if str(values.get("last_error", "")).startswith(INPUT_FAILURES):
+                record.engine_input_errors += 1
+            else:
+                record.engine_errors += 1
     after = [(s, v) for s, v in harness.streamer_stats if t0 < s]
     # The last figures of this episode: before the next reset restarts the counters.
     within = [v for s, v in after if s <= t_end + 1.5]
@@ -718,8 +727,9 @@ def failure_reason(summary: dict) -> str | None:
         return "no episode ran"
     if summary["executed_actions"] == 0:
         if summary["chunks"] == 0:
-            errors = summary["engine_errors"]
-            return f"the engine produced no chunk ({errors} engine errors reported)"
+            errors, inputs = summary["engine_errors"], summary["engine_input_errors"]
+            return (f"the engine produced no chunk ({errors} engine errors, {inputs} input "
+                    "errors reported)")  # fmt: skip
         return (
             f"no action of the policy was executed ({summary['verdicts']['veto']} of "
             f"{summary['chunks']} chunks vetoed: {summary['vetoes_by_reason']})"
