@@ -16,6 +16,7 @@ from vla_runtime.data.stack_eval import (
     collect_episode,
     failure_reason,
     first_times,
+    keep_closest,
     reason_kind,
     summarise,
     summarise_milestones,
@@ -203,3 +204,14 @@ def test_the_plot_keeps_50_hz_of_joint_states_between_100_hz_commands():
     kinds = [kind for kind, _, _ in harness.motion]
     assert kinds.count("command") == 100
     assert 45 <= kinds.count("state") <= 51
+
+
+def test_the_closest_approach_is_kept_whole_from_one_moment():
+    closest = {}
+    for approach in (
+        {"tcp_to_target_m": 0.06, "above_m": 0.01, "beside_m": 0.059},
+        {"tcp_to_target_m": 0.04, "above_m": 0.035, "beside_m": 0.019},
+        {"tcp_to_target_m": 0.05, "above_m": 0.0, "beside_m": 0.05},  # lower, but farther
+    ):
+        keep_closest(closest, approach)
+    assert closest == {"tcp_to_target_m": 0.04, "above_m": 0.035, "beside_m": 0.019}

@@ -16,6 +16,7 @@ from vla_runtime.sim.tasks import (
     ZONE_CENTRE,
     SceneSnapshot,
     TaskSimulator,
+    closest_approach,
     is_success,
     make_setup,
     slide_position,
@@ -94,6 +95,17 @@ def test_progress_says_how_far_from_success():
     assert set(task_progress(make_setup("reach", 3), _snapshot(push, zone, zone))) == {
         "tcp_to_target_m"
     }
+
+
+def test_closest_approach_splits_the_offset_into_height_and_side():
+    setup = make_setup("dynamic_reach", 3)
+    cube = np.array([0.5, 0.1, HALF])
+    approach = closest_approach(setup, _snapshot(setup, cube + [0.02, -0.015, 0.03], cube))
+    assert approach["above_m"] == pytest.approx(0.03)
+    assert approach["beside_m"] == pytest.approx(0.025)
+    assert approach["tcp_to_target_m"] == pytest.approx(np.sqrt(0.025**2 + 0.03**2))
+    below = closest_approach(setup, _snapshot(setup, cube + [0.0, 0.0, -0.01], cube))
+    assert below["above_m"] == pytest.approx(-0.01) and below["beside_m"] == 0.0
 
 
 def test_sliding_cube_bounces_inside_its_region_and_moves_continuously():

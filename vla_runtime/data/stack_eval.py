@@ -48,6 +48,7 @@ from vla_runtime.sim.tasks import (
     PROGRESS_BETTER_HIGH,
     SceneReader,
     TaskSimulator,
+    closest_approach,
     is_success,
     make_setup,
     scene_colours,
@@ -112,6 +113,7 @@ class EpisodeRecord:
     vetoes: list = field(default_factory=list)  # the first few, with the checker's numbers
     clips: list = field(default_factory=list)  # the first few reasons of changed chunks
     best_progress: dict = field(default_factory=dict)  # the closest to success it came
+    closest_approach: dict = field(default_factory=dict)  # the TCP then, relative to the cube
     milestones_s: dict = field(default_factory=dict)  # sim s from the start to each stage
     # With the scheduler: per inference, the signals, tier and reasons of the decision it ran
     # with (`vla-runtime calibrate scheduler --data` fits thresholds on them).
@@ -429,6 +431,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
     end = t0 + setup.max_steps * CONTROL_DT
     outcome = {"success_at": None, "t": t0, "progress_wall": time.monotonic()}
     best: dict[str, float] = {}
+    closest: dict[str, float] = {}
     milestones: dict[str, float] = {}
 
     def done() -> bool:
@@ -438,6 +441,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
             if scene[0] >= t0:
                 snapshot = reader.snapshot(scene[1])
                 _keep_best(best, task_progress(setup, snapshot))
+                keep_closest(closest, closest_approach(setup, snapshot))
                 first_times(milestones, task_milestones(setup, snapshot), scene[0] - t0)
                 if is_success(setup, snapshot):
                     outcome["success_at"] = scene[0]
@@ -460,6 +464,7 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
         sim_s=t_end - t0,
         wall_s=time.monotonic() - wall0,
         best_progress={k: round(v, 4) for k, v in best.items()},
+        closest_approach={k: round(v, 4) for k, v in closest.items()},
         milestones_s=milestones,
     )
     collect_episode(harness, record, t0, t_end)
@@ -508,6 +513,11 @@ def _keep_best(best: dict, progress: dict) -> None:
         high = PROGRESS_BETTER_HIGH[key]
         if key not in best or (value > best[key] if high else value < best[key]):
             best[key] = value
+
+
+def keep_closest(closest: dict, approach: dict) -> None:
+    if approach["tcp_to_target_m"] < closest.get("tcp_to_target_m", math.inf):
+        closest.update(approach)
 
 
 def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_end: float) -> None:

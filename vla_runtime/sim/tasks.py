@@ -233,6 +233,18 @@ def task_progress(setup: EpisodeSetup, state: SceneSnapshot) -> dict[str, float]
     return progress
 
 
+def closest_approach(setup: EpisodeSetup, state: SceneSnapshot) -> dict[str, float]:
+    """Where the TCP is relative to the target cube's centre: how far above it and how far
+    beside it (horizontally). Kept at an episode's closest approach, it tells a hand that
+    hovered over the cube from one that trailed a sliding cube at the right height."""
+    offset = state.tcp - state.cubes[setup.target]
+    return {
+        "tcp_to_target_m": float(np.linalg.norm(offset)),
+        "above_m": float(offset[2]),
+        "beside_m": float(np.linalg.norm(offset[:2])),
+    }
+
+
 def task_milestones(setup: EpisodeSetup, state: SceneSnapshot) -> list[str]:
     """The task's intermediate stages this snapshot has reached (in task order): the first time
     each is reached shows where an episode spent its time (slow approach, slow grasp, ...)."""
