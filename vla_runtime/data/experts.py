@@ -49,6 +49,10 @@ HAND_STILL = 0.0003  # m of width per control step: the fingers have stopped (on
 # down, so a policy that stops a little high or off-centre still touches; an expert stopping
 # at the radius's edge teaches a policy to hover just outside it.
 REACH_HEIGHT = 0.012
+# pick: the TCP height of the grasp. The open fingertips clear the table by ~11 mm there (by
+# 4 mm at 12 mm, where policies imitating the descent a few mm low pressed the table and the
+# consequence check vetoed them); the pads still close on the cube's lower half.
+GRASP_HEIGHT = 0.020
 # An expert taking over mid-task skips the approach from above within this lateral distance
 # of its target (open fingers clear a 4 cm cube by 2 cm a side).
 RESUME_LATERAL = 0.03
@@ -176,7 +180,7 @@ class ScriptedExpert:
             if self._frozen is not None:  # grasped: the cube moves with the hand now
                 return self._frozen
             yaw = grasp_yaw(cube_yaw(cube_quat))
-            grasp = np.array([cube[0], cube[1], 0.012])
+            grasp = np.array([cube[0], cube[1], GRASP_HEIGHT])
             plan = [
                 Waypoint(cube + [0.0, 0.0, 0.1], yaw, TRANSIT_SPEED, OPEN),
                 Waypoint(grasp, yaw, FINE_SPEED, OPEN),
