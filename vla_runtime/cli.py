@@ -164,7 +164,8 @@ BENCH_OPTIONS = {
     "resume": (["--resume"], {"action": "store_true",
                               "help": "skip the episodes already in --out"}),
     "quick": (["--quick"], {"action": "store_true", "help": "a short run (tests)"}),
-    "robot": (["--robot"], {"choices": ["fr3", "panda", "ur5e"], "default": "fr3",
+    # core.robot.SIMULATED_ROBOTS, named here so that the CLI starts without numpy
+    "robot": (["--robot"], {"choices": ["fr3", "ur5e"], "default": "fr3",
                             "help": "simulated arm"}),
     "command_interface": (["--command-interface"],
                           {"choices": ["trajectory", "forward_position"], "default": "trajectory",

@@ -125,6 +125,8 @@ def test_calibrate_without_sim_says_what_hardware_needs(procedure, capsys):
             "has no argument(s) ['nope']",
         ),
         (["bench", "engine", "--device", "cuda:7"], "no such CUDA device here"),
+        # the simulator has no Panda model
+        (["bench", "faults", "--robot", "panda"], "invalid choice: 'panda'"),
         (["launch", "sim", "seed:=abc"], "argument seed: expected an integer, got 'abc'"),
         (["launch", "sim", "lockstep:=2"], "argument lockstep: expected true or false"),
     ],
@@ -155,6 +157,13 @@ def test_a_run_that_could_not_be_made_is_one_line_and_exit_code_1(monkeypatch, c
     err = capsys.readouterr().err.strip()
     assert err.startswith("vla-runtime bench faults: failed: the loop did not start moving")
     assert len(err.splitlines()) == 1 and "more" not in err
+
+
+def test_the_fault_bench_offers_the_simulated_arms():
+    from vla_runtime.cli import BENCH_OPTIONS
+    from vla_runtime.core.robot import SIMULATED_ROBOTS
+
+    assert tuple(BENCH_OPTIONS["robot"][1]["choices"]) == SIMULATED_ROBOTS
 
 
 def test_stack_arguments_take_the_type_of_their_default():
