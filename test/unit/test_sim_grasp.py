@@ -11,7 +11,7 @@ import pytest
 from vla_runtime.core.gripper import opening_from_width
 from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
 from vla_runtime.sim.scene import build_scene
-from vla_runtime.sim.tasks import CONTROL_DT, HALF, TaskSimulator
+from vla_runtime.sim.tasks import CONTROL_DT, HALF, MAX_STEPS, TaskSimulator
 from vla_runtime.sim.workcell import GRASP_FORCE, GRIPPER_ACTUATOR, HAND_STIFFNESS, SceneConfig
 
 PHYSICS_STEPS = round(CONTROL_DT / 0.001)
@@ -84,6 +84,26 @@ def test_the_grasp_keeps_the_fingers_a_centimetre_above_the_table(seed):
     sim, _ = _pick(0.0, seed, clearances)
     assert sim.success()
     assert 0.008 <= min(clearances) <= 0.015
+
+
+@pytest.mark.parametrize("task", ["push", "dynamic_reach"])
+def test_pushing_and_touching_keep_the_fingers_a_centimetre_above_the_table(task):
+    # As for the grasp: a policy imitating the expert's height a few mm low must not press the
+    # table (the push's closed fingertips were 9 mm above it, and pushing policies pressed it);
+    # the touch goes down to the sliding cube's centre height, no closer than that either.
+    sim = TaskSimulator(task, seed=90003, servo_feedforward=True)
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    names = [*sim.arm_joint_names, sim.robot.gripper_joints[0]]
+    quat = slice(sim.model.joint(sim.setup.target_body).qposadr[0] + 3, None)
+    clearances, touched = [], 0
+    for _ in range(MAX_STEPS[task]):  # on past the success, as the recorded episodes go on
+        q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[quat][:4])
+        assert sim.set_trajectory(names, [[*q, opening_from_width(width)]], [CONTROL_DT]) is None
+        sim.step(PHYSICS_STEPS)
+        clearances.append(_table_clearance(sim))
+        touched += sim.success()
+    assert touched
+    assert 0.010 <= min(clearances) <= 0.02
 
 
 def test_a_hand_told_three_centimetres_still_holds_a_four_centimetre_cube():

@@ -49,10 +49,18 @@ HAND_STILL = 0.0003  # m of width per control step: the fingers have stopped (on
 # down, so a policy that stops a little high or off-centre still touches; an expert stopping
 # at the radius's edge teaches a policy to hover just outside it.
 REACH_HEIGHT = 0.012
+# dynamic reach: the TCP ends at the sliding cube's centre height, the open fingers (8 cm) around
+# it, their tips ~11 mm above the table. A policy cannot see the cube's velocity in one frame
+# and trails it; aiming at 12 mm above the centre left such a policy hovering 2-3 cm above it,
+# at the touch radius's edge, where aiming lower leaves the whole radius for the trailing.
+DYNAMIC_REACH_HEIGHT = 0.0
 # pick: the TCP height of the grasp. The open fingertips clear the table by ~11 mm there (by
 # 4 mm at 12 mm, where policies imitating the descent a few mm low pressed the table and the
 # consequence check vetoed them); the pads still close on the cube's lower half.
 GRASP_HEIGHT = 0.020
+# push: the TCP height behind and against the cube. The closed fingertips clear the table by
+# ~15 mm (by 9 mm at 18 mm, where policies pressed the table while pushing).
+PUSH_HEIGHT = 0.024
 # An expert taking over mid-task skips the approach from above within this lateral distance
 # of its target (open fingers clear a 4 cm cube by 2 cm a side).
 RESUME_LATERAL = 0.03
@@ -172,9 +180,10 @@ class ScriptedExpert:
             if task == "dynamic_reach" and self._previous_cube is not None:
                 velocity = (cube - self._previous_cube) / CONTROL_DT
             aim = cube + velocity * 0.25  # lead the sliding cube by the tracking lag
+            low = DYNAMIC_REACH_HEIGHT if task == "dynamic_reach" else REACH_HEIGHT
             return [
                 Waypoint(aim + [0.0, 0.0, HALF + 0.06], 0.0, TRANSIT_SPEED, OPEN),
-                Waypoint(aim + [0.0, 0.0, REACH_HEIGHT], 0.0, 0.12, OPEN),
+                Waypoint(aim + [0.0, 0.0, low], 0.0, 0.12, OPEN),
             ]
         if task == "pick":
             if self._frozen is not None:  # grasped: the cube moves with the hand now
@@ -198,7 +207,7 @@ class ScriptedExpert:
             behind = cube[:2] - (HALF + 0.03) * direction
             # pushing: chase a point 1 cm into the cube so the contact keeps pressing
             press = cube[:2] - (HALF + 0.005 - 0.01) * direction
-            low = 0.018
+            low = PUSH_HEIGHT
             if self.phase == 2 and distance < 0.015:
                 self.phase = 3
             return [
