@@ -36,8 +36,8 @@ Per fault, from what a recorder node in this process saw:
 - detection_ms: onset -> the first report of a fault on /vla/safety/events (the chunk check's
   veto/stale verdicts, the gate's events, the streamer's watchdogs: overdue answer, frozen
   camera, silent joint states, a halted or dried-up plan) or /vla/driver/events, anything but a
-  passing verdict or a benign event (armed, camera_live, tcp_speed_limited); for kill_driver
-  on wall time (sim time stops with the driver); null when nothing reported it;
+  passing verdict or a benign event (armed, camera_live, tcp_speed_limited, tick_too_early);
+  for kill_driver on wall time (sim time stops with the driver); null when nothing reported it;
 - stop_ms: reference -> the simulated arm at rest (every joint < 0.02 rad/s in /joint_states,
   for 0.2 s, or at least 50 ms until the loop resumes on a chunk accepted after the onset);
   the reference is the onset, or the last fresh command for faults that silence the command
@@ -508,11 +508,13 @@ def _first_chunk_of_new_safety(rec: LoopRecorder, window: Window, timeout_s: flo
 
 
 # Events that report no fault: the gate arming, a camera back, the gate limiting a command
-# within its checks (as a clip verdict does for a chunk).
-BENIGN = {"armed", "camera_live", "tcp_speed_limited"}
+# within its checks (as a clip verdict does for a chunk) or skipping a tick that came too soon
+# after the last (its rate limit per elapsed time; a loaded host does that at any moment, and
+# counting it would credit a fault with a detection that never happened).
+BENIGN = {"armed", "camera_live", "tcp_speed_limited", "tick_too_early"}
 
 
-def _reaction(event: dict) -> bool:
+def reports_fault(event: dict) -> bool:
     """Whether an event reports a fault (anything but a passing verdict or a benign event)."""
     if event.get("event") == "chunk" and event.get("verdict") in ("accept", "clip"):
         return False
@@ -530,13 +532,13 @@ def summarize(window: Window, rec: LoopRecorder, audits: dict, gate: GateOutput,
     # The recorder's sim time lags the nodes' by up to a joint state period: a reaction stamped
     # that much before the onset answers it.
     reaction = next(((t, e) for t, e in events
-                     if window.onset - ONSET_SKEW_S <= t <= deadline and _reaction(e)),
+                     if window.onset - ONSET_SKEW_S <= t <= deadline and reports_fault(e)),
                     None)  # fmt: skip
     detection = None if reaction is None else 1e3 * max(reaction[0] - window.onset, 0.0)
     if window.onset_wall is not None and window.name == "kill_driver":
         # sim time stops with the driver: detection on wall time
         walls = [(w, e) for w, e in rec.wall_events[m["wall_events"] :] if w >= window.onset_wall]
-        first = next(((w, e) for w, e in walls if _reaction(e)), None)
+        first = next(((w, e) for w, e in walls if reports_fault(e)), None)
         reaction = first
         detection = None if first is None else 1e3 * (first[0] - window.onset_wall)
     stop = resumed_ms = None
