@@ -50,9 +50,9 @@ HAND_STILL = 0.0003  # m of width per control step: the fingers have stopped (on
 # at the radius's edge teaches a policy to hover just outside it.
 REACH_HEIGHT = 0.012
 # dynamic reach: the TCP ends at the sliding cube's centre height, the open fingers (8 cm) around
-# it, their tips ~11 mm above the table. A policy cannot see the cube's velocity in one frame
-# and trails it; aiming at 12 mm above the centre left such a policy hovering 2-3 cm above it,
-# at the touch radius's edge, where aiming lower leaves the whole radius for the trailing.
+# it, their tips ~11 mm above the table: the touch radius is then all room for a hand that
+# trails the cube (a one-frame policy cannot see its velocity). Policies taught to end 12 mm
+# above the centre hovered 2-3 cm above it, at the radius's edge.
 DYNAMIC_REACH_HEIGHT = 0.0
 # pick: the TCP height of the grasp. The open fingertips clear the table by ~11 mm there (by
 # 4 mm at 12 mm, where policies imitating the descent a few mm low pressed the table and the
