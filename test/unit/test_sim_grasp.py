@@ -46,21 +46,28 @@ def _table_clearance(sim) -> float:
     return min(mujoco.mj_geomDistance(model, data, g, table, 0.5, fromto) for g in hand)
 
 
+def _expert_steps(sim, steps: int, hold_width: float | None = None):
+    """Drive `sim` with its task's scripted expert for `steps` control steps, yielding after
+    each (`hold_width`: the hand's command from the pick's lift on)."""
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    names = [*sim.arm_joint_names, sim.robot.gripper_joints[0]]
+    quat = slice(sim.model.joint(sim.setup.target_body).qposadr[0] + 3, None)
+    for _ in range(steps):
+        q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[quat][:4])
+        if hold_width is not None and expert.phase >= 3:
+            width = hold_width
+        assert sim.set_trajectory(names, [[*q, opening_from_width(width)]], [CONTROL_DT]) is None
+        sim.step(PHYSICS_STEPS)
+        yield
+
+
 def _pick(hold_width: float, seed: int = 90001, clearances: list | None = None):
     """The pick expert, with `hold_width` commanded from the lift on; returns the simulator
     and the squeeze once lifted (`clearances`: gets the hand's clearance above the table at
     every step)."""
     sim = TaskSimulator("pick", seed=seed)
-    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
-    names = [*sim.arm_joint_names, sim.robot.gripper_joints[0]]
-    quat = slice(sim.model.joint(sim.setup.target_body).qposadr[0] + 3, None)
     squeeze = 0.0
-    for _ in range(200):
-        q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[quat][:4])
-        if expert.phase >= 3:
-            width = hold_width
-        assert sim.set_trajectory(names, [[*q, opening_from_width(width)]], [CONTROL_DT]) is None
-        sim.step(PHYSICS_STEPS)
+    for _ in _expert_steps(sim, 200, hold_width):
         if clearances is not None:
             clearances.append(_table_clearance(sim))
         if sim.snapshot().cubes[sim.setup.target][2] > HALF + 0.02:
@@ -92,14 +99,8 @@ def test_pushing_and_touching_keep_the_fingers_a_centimetre_above_the_table(task
     # table (the push's closed fingertips were 9 mm above it, and pushing policies pressed it);
     # the touch goes down to the sliding cube's centre height, no closer than that either.
     sim = TaskSimulator(task, seed=90003, servo_feedforward=True)
-    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
-    names = [*sim.arm_joint_names, sim.robot.gripper_joints[0]]
-    quat = slice(sim.model.joint(sim.setup.target_body).qposadr[0] + 3, None)
     clearances, touched = [], 0
-    for _ in range(MAX_STEPS[task]):  # on past the success, as the recorded episodes go on
-        q, width = expert.act(sim.snapshot(), sim.arm_positions, sim.data.qpos[quat][:4])
-        assert sim.set_trajectory(names, [[*q, opening_from_width(width)]], [CONTROL_DT]) is None
-        sim.step(PHYSICS_STEPS)
+    for _ in _expert_steps(sim, MAX_STEPS[task]):  # past the success, as recorded episodes go
         clearances.append(_table_clearance(sim))
         touched += sim.success()
     assert touched
