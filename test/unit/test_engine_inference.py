@@ -232,3 +232,35 @@ def test_closing_interrupts_an_injected_delay():
         recorder.worker.close()
     assert time.monotonic() - started < 5.0
     assert recorder.published == [] and recorder.failures == []
+
+
+def test_the_worker_gives_a_policy_that_sees_motion_the_frame_nearest_its_delay():
+    spec = PolicySpec(
+        cameras=(CameraSpec("scene", 2, 3), CameraSpec("scene_earlier", 2, 3, "scene", 0.1)),
+        state_dim=3, action_dim=3, chunk_len=4, dt=0.1,
+    )  # fmt: skip
+    policy = StandInPolicy()
+    policy.spec = spec
+    observations = []
+    policy_infer = policy.infer
+    policy.infer = lambda obs, *args, **kw: observations.append(obs) or policy_infer(obs, *args)
+    recorder = Recorder()
+    worker = recorder.worker
+    assembler = ObservationAssembler(spec, ["scene"], MAPPING, 0.5, 0.5)
+    worker.ready(ChunkInference(policy, assembler, True, InjectedDelay.parse(""), 0))
+    try:
+        worker.begin_episode(9.72)
+        worker.set_joint_state(INPUTS.joint_state)
+        for value, stamp in ((1, 9.7), (2, 9.75), (3, 9.82), (4, 9.86), (5, 9.9)):
+            worker.add_frame("scene", Frame(np.full((2, 3, 3), value, np.uint8), stamp))
+        worker.add_request(request("req:3"))
+        assert recorder.wait(lambda: observations)
+        images = observations[0].images
+        assert images["scene"][0, 0, 0] == 5 and images["scene_earlier"][0, 0, 0] == 3
+        assert observations[0].camera_stamps["scene_earlier"] == 9.82
+        worker.begin_episode(9.85)  # the frames before it belong to the last episode
+        worker.add_request(request("req:4"))
+        assert recorder.wait(lambda: len(observations) == 2)
+        assert observations[1].images["scene_earlier"][0, 0, 0] == 4
+    finally:
+        worker.close()

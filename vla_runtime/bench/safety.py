@@ -51,6 +51,7 @@ from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import VETO, Chunk, ChunkCheckConfig, ChunkChecker
 from vla_runtime.core.safety.chunk_pipeline import ChunkPipeline
 from vla_runtime.core.threads import limit_threads
+from vla_runtime.engine.earlier_frames import FrameHistory
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
 from vla_runtime.nodes.safety import SafetyParams, workcell_for
@@ -403,13 +404,15 @@ def policy_cases(episodes: int, seed: int, max_chunks: int | None, bar) -> tuple
     spec = policy.spec
     cases, infer_ms = [], []
     for task in TASKS:
-        env = InProcessEnv(task, spec.cameras[0].height, cameras=[c.name for c in spec.cameras])
+        env = InProcessEnv(task, spec.cameras[0].height, cameras=[c.name for c in spec.sensors])
         try:
             for k in range(episodes):
                 frame = env.reset(seed + k)
                 setup, steps, chunks = env.setup, 0, 0
+                history = FrameHistory(spec)
                 while steps < setup.max_steps and (max_chunks is None or chunks < max_chunks):
-                    obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
+                    images = history.complete(frame.images, frame.time)
+                    obs = Observation(images, frame.state, setup.instruction, frame.time)
                     started = time.perf_counter()
                     chunk = policy.infer(obs)
                     infer_ms.append(1e3 * (time.perf_counter() - started))
@@ -421,7 +424,7 @@ def policy_cases(episodes: int, seed: int, max_chunks: int | None, bar) -> tuple
                                       env.sim.arm_velocities, positions, times))  # fmt: skip
                     chunks += 1
                     for action in clip_to_limits(rows[:EXECUTE], env.sim.robot):
-                        frame = env.step(action[:7], float(action[7]))
+                        frame = history.recorded(env.step(action[:7], float(action[7])))
                         steps += 1
                         if env.sim.success() or steps >= setup.max_steps:
                             break

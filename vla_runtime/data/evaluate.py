@@ -46,6 +46,7 @@ from vla_runtime.core.stats import compute_cost
 from vla_runtime.data import stack_eval
 from vla_runtime.data.eval_cli import DEFAULT_EXECUTE, EVAL_SEED, build_parser
 from vla_runtime.engine.checkpoint import load_checkpoint, load_spec, policy_options
+from vla_runtime.engine.earlier_frames import FrameHistory
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, PolicyError, chunk_to_positions
 from vla_runtime.ros.messages import chunk_from_msg, chunk_msg, to_seconds
@@ -144,7 +145,7 @@ def evaluate_in_process(
 
     policy = load_policy("torch", checkpoint, seed=0, noise_scale=noise_scale)
     size = policy.spec.cameras[0].height
-    cameras = [c.name for c in policy.spec.cameras]
+    cameras = [c.name for c in policy.spec.sensors]
     env = InProcessEnv(task, size, cameras, robot=policy.spec.robot or "fr3",
                        servo_feedforward=servo_feedforward)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
@@ -155,15 +156,18 @@ def evaluate_in_process(
             setup = env.setup
             result = EpisodeResult(seed + k, False, None, 0)
             steps = 0
+            history = FrameHistory(policy.spec)
             while steps < setup.max_steps and not result.success:
-                obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
+                images = history.complete(frame.images, frame.time)
+                obs = Observation(images, frame.state, setup.instruction, frame.time)
                 t0 = time.perf_counter()
                 chunk = policy.infer(obs)
                 result.latencies_ms.append(1e3 * (time.perf_counter() - t0))
                 result.chunks += 1
                 rows = chunk_to_positions(chunk.actions[:execute], frame.state, policy.spec)
                 actions = clip_to_limits(rows, env.sim.robot)
-                periods = (lambda a=a: env.step(a[:-1], float(a[-1])) for a in actions)
+                periods = (lambda a=a, h=history: h.recorded(env.step(a[:-1], float(a[-1])))
+                           for a in actions)  # fmt: skip
                 try:
                     steps, frame = _run_periods(periods, setup, reader, result, steps, frame)
                 except CommandRefused as exc:  # the arm's reflex: a failed episode

@@ -31,6 +31,7 @@ from vla_runtime.data.expert_recording import (
     task_dataset_writer,
 )
 from vla_runtime.data.lerobot.writer import Episode
+from vla_runtime.engine.earlier_frames import FrameHistory
 from vla_runtime.engine.factory import load_policy
 from vla_runtime.engine.policy import Observation, chunk_to_positions
 from vla_runtime.sim.env import CommandRefused, InProcessEnv, clip_to_limits
@@ -60,17 +61,20 @@ class PolicyActor:
     def __init__(self, policy, robot, execute: int):
         self.policy, self.robot, self.execute = policy, robot, execute
         self._rows: list[np.ndarray] = []
+        self._history = FrameHistory(policy.spec)
 
     def restart(self) -> None:
         self._rows = []
+        self._history = FrameHistory(self.policy.spec)
 
     @property
     def between_chunks(self) -> bool:
         return not self._rows
 
     def act(self, frame, setup) -> tuple[np.ndarray, float]:
+        images = self._history.complete(frame.images, frame.time)
         if not self._rows:
-            obs = Observation(frame.images, frame.state, setup.instruction, frame.time)
+            obs = Observation(images, frame.state, setup.instruction, frame.time)
             chunk = self.policy.infer(obs).actions[: self.execute]
             rows = chunk_to_positions(chunk, frame.state, self.policy.spec)
             self._rows = list(clip_to_limits(rows, self.robot))
@@ -115,7 +119,7 @@ def collect_recovery(
     robot = policy.spec.robot or "fr3"
     teacher_policy = None if teacher is None else load_policy("torch", teacher, seed=0)
     if teacher_policy is not None and (
-        teacher_policy.spec.cameras != policy.spec.cameras
+        teacher_policy.spec.sensors != policy.spec.sensors
         or (teacher_policy.spec.robot or "fr3") != robot
     ):
         raise ValueError(f"teacher {teacher} sees other cameras or drives another arm than "

@@ -58,6 +58,11 @@ class TrainingData:
     skipped: int
     env_state: np.ndarray | None = None  # (N, D) privileged state, if every dataset has it
 
+    def __post_init__(self):
+        # (N,) index of the first frame of each frame's episode (episodes are contiguous)
+        ends, lengths = np.unique(self.episode_end, return_counts=True)
+        self.episode_start = self.episode_end - lengths[np.searchsorted(ends, self.episode_end)]
+
     def __len__(self) -> int:
         return len(self.state)
 
@@ -135,12 +140,20 @@ def action_chunks(data: TrainingData, index: np.ndarray, horizon: int, deltas: b
     return chunks
 
 
+def earlier_index(data: TrainingData, index: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """The frames `steps` control steps before frames `index`, clamped at their episode's first
+    frame (as `engine.earlier_frames.FrameHistory` is at run time)."""
+    return np.maximum(index - steps, data.episode_start[index])
+
+
 def sample_batch(
     data: TrainingData, cameras, horizon, norm, rng, batch, shift: int, state_noise: float = 0.0,
-    deltas: bool = False,
+    deltas: bool = False, *, dt: float,
 ):  # fmt: skip
     """Random frames -> tensors for `flow_matching_loss` (images randomly shifted +-shift px),
-    plus the frames' indices (to look up their privileged state).
+    plus the frames' indices (to look up their privileged state). `cameras`: the policy's
+    (`CameraSpec`); an earlier frame is its source's `delay_s` before, give or take one step
+    (at run time it is the camera frame nearest that delay, a camera period apart).
 
     `state_noise` (rad, arm joints only) hides the small joint deviations through which an
     expert's early motion reveals its goal: without it the policy learns to continue whatever
@@ -152,7 +165,14 @@ def sample_batch(
     if state_noise:
         raw_state[:, :-1] += rng.normal(0.0, state_noise, raw_state[:, :-1].shape)
     state = norm.normalize_state(raw_state)
-    frames = np.stack([data.images[c][index] for c in cameras], axis=1)  # (B, C, H, W, 3)
+    views = []
+    for camera in cameras:
+        if camera.source:
+            steps = np.maximum(1, round(camera.delay_s / dt) + rng.integers(-1, 2, batch))
+            views.append(data.images[camera.source][earlier_index(data, index, steps)])
+        else:
+            views.append(data.images[camera.name][index])
+    frames = np.stack(views, axis=1)  # (B, C, H, W, 3)
     if shift:
         h, w = frames.shape[2:4]
         padded = np.pad(frames, ((0, 0), (0, 0), (shift, shift), (shift, shift), (0, 0)), "edge")
@@ -188,6 +208,29 @@ def for_another_arm(source: VLAModel, spec) -> tuple[VLAModel, str]:
     return model.train(), f"{len(fits)} of {len(target)} tensors carried over"
 
 
+def with_earlier_frames(source: VLAModel, spec) -> VLAModel:
+    """`source` (seeing `spec`'s cameras of their own) also seeing `spec`'s earlier frames,
+    appended after them: every weight carries over, an earlier frame's camera embedding starts
+    as its source camera's, and the auxiliary head starts blind to it."""
+    cameras = [c.name for c in spec.cameras]
+    own = [c.name for c in spec.sensors]
+    if cameras[: len(own)] != own or source.cfg.num_cameras != len(own):
+        raise ValueError(f"cannot add earlier frames to a model of {source.cfg.num_cameras} "
+                         f"cameras for cameras {cameras}")  # fmt: skip
+    model = VLAModel(replace(source.cfg, num_cameras=len(cameras)))
+    weights = source.state_dict()
+    embedding = weights["vision.camera"]
+    weights["vision.camera"] = torch.cat(
+        [embedding, *(embedding[own.index(c.source)][None] for c in spec.earlier_frames)]
+    )
+    if source.cfg.aux_dim:
+        head = weights["aux_head.2.weight"]
+        added = model.state_dict()["aux_head.2.weight"].shape[1] - head.shape[1]
+        weights["aux_head.2.weight"] = torch.cat([head, head.new_zeros(head.shape[0], added)], 1)
+    model.load_state_dict(weights)
+    return model.train()
+
+
 def train(
     data_dirs: list[str],
     out: str | Path,
@@ -206,10 +249,12 @@ def train(
     action_space: str = ActionSpace.JOINT_POSITIONS,
     init: str | Path | None = None,
     inference: dict | None = None,
+    earlier_frames: dict[str, float] | None = None,
 ) -> dict:
     """`init`: start from that checkpoint's weights (fine-tuning; fresh optimizer and
-    normalisation, so it may change the action space). `inference`: policy options the
-    checkpoint recommends at run time (e.g. {"noise_scale": 0.0}), kept in its spec.json."""
+    normalisation, so it may change the action space, or add earlier frames). `inference`:
+    policy options the checkpoint recommends at run time (e.g. {"noise_scale": 0.0}), kept in
+    its spec.json. `earlier_frames`: {camera: delay_s} the policy also sees that much earlier."""
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -227,9 +272,10 @@ def train(
     if len(robots) != 1:
         raise ValueError(f"the datasets hold episodes of different robots: {sorted(robots)}")
     (robot,) = robots
-    spec = default_spec(image_size=height, action_space=ActionSpace(action_space), robot=robot)
+    spec = default_spec(image_size=height, action_space=ActionSpace(action_space), robot=robot,
+                        earlier_frames=earlier_frames)  # fmt: skip
     deltas = spec.action_space == ActionSpace.JOINT_DELTAS
-    cameras = [c.name for c in spec.cameras]
+    cameras = [c.name for c in spec.sensors]
     if sorted(cameras) != sorted(meta.camera_shapes):
         raise ValueError(
             f"dataset cameras {sorted(meta.camera_shapes)}, policy wants {cameras} "
@@ -263,6 +309,8 @@ def train(
             raise ValueError(
                 f"{out} was trained on {checkpoint.spec.action_space.value}, not {action_space}"
             )
+        if checkpoint.spec.cameras != spec.cameras:
+            raise ValueError(f"{out} was trained on other cameras: {checkpoint.spec.cameras}")
         step0 = int(state["step"])
         rng = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
@@ -279,6 +327,8 @@ def train(
                 raise ValueError(f"{init} was built for other images or chunk length")
             if (model.cfg.state_dim, model.cfg.action_dim) != (spec.state_dim, spec.action_dim):
                 model, init_from_another_arm = for_another_arm(model, spec)
+            if model.cfg.num_cameras != len(spec.cameras):
+                model = with_earlier_frames(model, spec)
             if not model.cfg.aux_dim:
                 aux = None
         everything = np.arange(len(data))
@@ -315,9 +365,8 @@ def train(
         for step in range(step0, steps):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, steps, lr)
-            batch, index = sample_batch(
-                data, cameras, spec.chunk_len, norm, rng, batch_size, 3, state_noise, deltas
-            )
+            batch, index = sample_batch(data, spec.cameras, spec.chunk_len, norm, rng, batch_size,
+                                        3, state_noise, deltas, dt=spec.dt)  # fmt: skip
             if aux is None:
                 loss = flow_matching_loss(model, *batch)
             else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 
 from vla_runtime.core.help_text import CommandParser, help_summary
@@ -43,6 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="arm actions as absolute joint positions or deltas from the measured state",
     )
     parser.add_argument("--init", help="start from this checkpoint's weights (fine-tune)")
+    parser.add_argument(
+        "--earlier-frame",
+        action="append",
+        default=[],
+        metavar="CAMERA:SECONDS",
+        type=earlier_frame,
+        help="the policy also sees CAMERA's frame SECONDS earlier (as camera CAMERA_earlier), "
+        "so that it sees motion; repeatable",
+    )
     parser.add_argument("--ship", help="also write a compact float16 copy here")
     parser.add_argument(
         "--noise-scale",
@@ -51,6 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-progress", action="store_true")
     return parser
+
+
+def earlier_frame(text: str) -> tuple[str, float]:
+    camera, _, seconds = text.partition(":")
+    try:
+        delay = float(seconds)
+    except ValueError:
+        delay = math.nan
+    if not camera or not 0.0 < delay <= 1.0:
+        raise argparse.ArgumentTypeError(f"CAMERA:SECONDS with 0 < SECONDS <= 1, not {text!r}")
+    return camera, delay
 
 
 def train_main(argv: list[str] | None = None) -> int:
@@ -65,6 +86,7 @@ def train_main(argv: list[str] | None = None) -> int:
         args.save_every, args.include_failed, args.threads, not args.no_progress, command,
         args.state_noise, args.aux_weight, args.action_space, args.init,
         None if args.noise_scale is None else {"noise_scale": args.noise_scale},
+        dict(args.earlier_frame),
     )  # fmt: skip
     complete = summary["completed_steps"] == args.steps
     if args.ship and complete:

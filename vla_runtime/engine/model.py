@@ -115,14 +115,22 @@ def default_spec(
     image_size: int = 224,
     action_space: ActionSpace = ActionSpace.JOINT_POSITIONS,
     robot: str = "fr3",
+    earlier_frames: dict[str, float] | None = None,
 ) -> PolicySpec:
-    """The robot's arm joint positions (or deltas) + gripper width, scene and wrist cameras."""
+    """The robot's arm joint positions (or deltas) + gripper width, scene and wrist cameras,
+    plus `earlier_frames`: {camera: delay_s} of each camera the policy also sees delay_s earlier
+    (named `<camera>_earlier`)."""
     config = load_robot(robot)
     joints = (*config.joints, config.gripper_joints[0])
+    earlier = tuple(
+        CameraSpec(f"{source}_earlier", image_size, image_size, source, float(delay))
+        for source, delay in (earlier_frames or {}).items()
+    )
     return PolicySpec(
         cameras=(
             CameraSpec("scene", image_size, image_size),
             CameraSpec("wrist", image_size, image_size),
+            *earlier,
         ),
         state_dim=len(joints),
         action_dim=len(joints),

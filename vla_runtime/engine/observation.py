@@ -101,14 +101,12 @@ class Assembled:
 
 
 def camera_topics(spec: PolicySpec, names: Sequence[str]) -> list[str]:
-    """The topic name of each policy camera: `names` in the policy's camera order, or (none
-    given) the cameras' own names."""
-    topic_names = list(names or [c.name for c in spec.cameras])
-    if len(topic_names) != len(spec.cameras):
-        raise ValueError(
-            f"cameras {topic_names} must name one topic per policy camera "
-            f"{[c.name for c in spec.cameras]}"
-        )
+    """The topic name of each policy camera with images of its own (`PolicySpec.sensors`):
+    `names` in the policy's camera order, or (none given) the cameras' own names."""
+    sensors = [c.name for c in spec.sensors]
+    topic_names = list(names or sensors)
+    if len(topic_names) != len(sensors):
+        raise ValueError(f"cameras {topic_names} must name one topic per policy camera {sensors}")
     return topic_names
 
 
@@ -122,7 +120,7 @@ def check_frame_size(camera: CameraSpec, image: np.ndarray) -> None:
 @dataclass(frozen=True)
 class ObservationAssembler:
     spec: PolicySpec
-    camera_topics: Sequence[str]  # per policy camera, in its order
+    camera_topics: Sequence[str]  # per policy camera with images of its own, in its order
     mapping: StateMapping
     max_image_age_s: float  # an older frame is stale
     max_state_age_s: float  # an older joint state is stale
@@ -130,14 +128,17 @@ class ObservationAssembler:
     def assemble(self, inputs: Inputs, now: float) -> Assembled:
         frames, joint_state = inputs.frames, inputs.joint_state
         cameras = self.spec.cameras
-        missing = [c.name for c in cameras if c.name not in frames]
+        missing = [c.name for c in self.spec.sensors if c.name not in frames]
         if missing:
             topics_missing = [
                 topics.camera_image(t)
-                for t, c in zip(self.camera_topics, cameras, strict=True)
+                for t, c in zip(self.camera_topics, self.spec.sensors, strict=True)
                 if c.name in missing
             ]
             raise SyncError(f"no image yet from camera(s) {missing} ({', '.join(topics_missing)})")
+        earlier_missing = [c.name for c in cameras if c.name not in frames]
+        if earlier_missing:
+            raise SyncError(f"no earlier frame yet for camera(s) {earlier_missing}")
         old = [n for n, f in frames.items() if f.stamp < inputs.episode_start]
         if old:
             raise AwaitingEpisode(f"waiting for frames of the new episode from camera(s) {old}")

@@ -22,6 +22,16 @@ class CameraSpec:
     name: str
     height: int
     width: int
+    # An earlier frame of another camera: `source`'s image `delay_s` before its newest, so that
+    # a policy sees motion (a sliding cube's velocity). "" = a camera of its own.
+    source: str = ""
+    delay_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if not self.source:  # a camera of its own: the same record (and spec hash) as ever
+            del d["source"], d["delay_s"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -37,8 +47,30 @@ class PolicySpec:
     # The arm it was trained for (config/robots/<robot>.yaml); "" = not said (remote servers).
     robot: str = ""
 
+    def __post_init__(self):
+        names = [c.name for c in self.cameras]
+        if len(set(names)) != len(names):
+            raise PolicyError(f"camera names repeat: {names}")
+        sensors = {c.name for c in self.cameras if not c.source}
+        for camera in self.cameras:
+            if camera.source and (camera.source not in sensors or not camera.delay_s > 0):
+                raise PolicyError(
+                    f"camera {camera.name!r}: an earlier frame needs a camera of its own as "
+                    f"source and a delay > 0 (got {camera.source!r}, {camera.delay_s} s)"
+                )
+
+    @property
+    def sensors(self) -> tuple[CameraSpec, ...]:
+        """The cameras with images of their own (not an earlier frame of another)."""
+        return tuple(c for c in self.cameras if not c.source)
+
+    @property
+    def earlier_frames(self) -> tuple[CameraSpec, ...]:
+        return tuple(c for c in self.cameras if c.source)
+
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["cameras"] = [c.to_dict() for c in self.cameras]
         d["action_space"] = self.action_space.value
         return d
 

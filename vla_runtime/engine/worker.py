@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from vla_runtime.core.compute_mode import ComputeMode
 from vla_runtime.core.overdue import DurationWatch
+from vla_runtime.engine.earlier_frames import FrameHistory
 from vla_runtime.engine.inference import ChunkInference, Inference, InferenceFailure
 from vla_runtime.engine.observation import Frame, Inputs, JointHistory, JointSample
 from vla_runtime.engine.trigger import InferenceRequest, InferenceTrigger
@@ -40,6 +41,7 @@ class InferenceWorker:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._frames: dict[str, Frame] = {}
+        self._history: FrameHistory | None = None  # a policy that sees earlier frames
         self._joint_states = JointHistory()
         self._instruction = instruction
         self._episode_start = -math.inf
@@ -52,6 +54,9 @@ class InferenceWorker:
         self._thread.start()
 
     def ready(self, inference: ChunkInference) -> None:
+        with self._lock:
+            history = FrameHistory(inference.spec)
+            self._history = history if history else None
         self.inference = inference
         self._wake.set()
 
@@ -60,6 +65,8 @@ class InferenceWorker:
     def add_frame(self, camera: str, frame: Frame) -> None:
         with self._lock:
             self._frames[camera] = frame
+            if self._history is not None:
+                self._history.add(camera, frame.stamp, frame)
             wake = self.trigger.frame_arrived()
         if wake:
             self._wake.set()
@@ -119,8 +126,12 @@ class InferenceWorker:
         """The capture stamp of the observation a chunk was published for; None: none was."""
         now = self._now()
         with self._lock:
+            frames = dict(self._frames)
+            if self._history is not None:
+                newest = {camera: frame.stamp for camera, frame in frames.items()}
+                frames.update(self._history.earlier_of(newest, since=self._episode_start))
             inputs = Inputs(
-                dict(self._frames),
+                frames,
                 self._joint_states.samples(),
                 self._instruction,
                 self._episode_start,

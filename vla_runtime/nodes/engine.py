@@ -213,8 +213,8 @@ class EngineNode(RuntimeNode):
         names = observation.camera_topics(spec, p.cameras)
         if hasattr(self.policy, "expected_spec"):  # a restarted server must serve the same
             self.policy.expected_spec = spec
-        self._cameras = {camera.name: math.nan for camera in spec.cameras}
-        for topic_name, camera in zip(names, spec.cameras, strict=True):
+        self._cameras = {camera.name: math.nan for camera in spec.sensors}
+        for topic_name, camera in zip(names, spec.sensors, strict=True):
             self.create_subscription(
                 Image,
                 topics.camera_image(topic_name),
@@ -226,7 +226,7 @@ class EngineNode(RuntimeNode):
         )
         self.get_logger().info(
             f"engine ready: {p.backend} policy, cameras "
-            f"{dict(zip(names, [c.name for c in spec.cameras], strict=True))}, H={spec.chunk_len}, "
+            f"{dict(zip(names, [c.name for c in spec.sensors], strict=True))}, H={spec.chunk_len}, "
             f"dt={spec.dt}, columns {self.mapping.joint_names}, run_mode {p.run_mode}, "
             f"{self.source.threads} CPU thread(s)"
         )
