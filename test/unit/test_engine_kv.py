@@ -132,6 +132,21 @@ def test_stable_camera_kv_reused(checkpoint):
     assert np.abs(stale.actions - fresh).max() > 1e-3
 
 
+def test_an_earlier_frame_of_a_stable_camera_is_reused_with_it():
+    from vla_runtime.engine.model import default_spec
+
+    spec = default_spec(image_size=64, earlier_frames={"scene": 0.1})
+    policy = TorchPolicy(random_checkpoint("tiny", seed=3, spec=spec), seed=SEED)
+    rng = np.random.default_rng(0)
+    images = {c.name: rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for c in spec.cameras}
+    policy.infer(Observation(images, np.zeros(8, np.float32), "touch"), ComputeMode(0, 0))
+    counter = CallCounter(policy, "vision_tokens")
+    chunk = policy.infer(Observation(images, np.zeros(8, np.float32), "touch"),
+                         ComputeMode(2, 0, frozenset({"scene"})))  # fmt: skip
+    assert counter.counts["vision_tokens"] == 1  # wrist only: scene and its earlier frame kept
+    assert chunk.info["cameras_reused"] == 2
+
+
 def test_levels_3_and_4_reuse_the_prefix(checkpoint):
     policy = TorchPolicy(checkpoint, seed=SEED, max_reuse=2)
     first = observation(8)

@@ -284,9 +284,14 @@ class CachedPolicy(ABC):
         blocks, reused = [text_kv], 0
         for index, camera in enumerate(self.spec.cameras):
             cached = self._cameras.get(camera.name)
+            # an earlier frame of a stable camera is stable too (the scheduler names sensors)
             stable = mode.vision_level >= 3 or (
                 mode.vision_level == 2
-                and (mode.stable_cameras is None or camera.name in mode.stable_cameras)
+                and (
+                    mode.stable_cameras is None
+                    or camera.name in mode.stable_cameras
+                    or camera.source in mode.stable_cameras
+                )
             )
             if (
                 level >= 1
