@@ -174,6 +174,41 @@ def test_scripted_expert_solves_the_task(task):
         assert lifted_at_width == pytest.approx(CUBE_SIZE, abs=0.002)
 
 
+def test_the_dynamic_reach_expert_descends_before_it_is_aligned_and_chases_on_the_way_down():
+    """It starts down within 15 mm of the point above the sliding cube, not once aligned within
+    6 mm (which a policy trailing the cube never is), and still touches it."""
+    from vla_runtime.data.experts import (
+        ARRIVED,
+        DYNAMIC_DESCEND_WITHIN,
+        ArmKinematics,
+        ScriptedExpert,
+    )
+    from vla_runtime.sim.tasks import CONTROL_DT
+
+    sim = TaskSimulator("dynamic_reach", seed=5)
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    names = (*sim.robot.joints, sim.robot.gripper_joints[0])
+    switches = []  # the setpoint's distance from the point above when it starts down
+    advance = expert._advance
+
+    def watched(plan, width):
+        phase, distance = expert.phase, float(np.linalg.norm(plan[0].position - expert.pos_cmd))
+        point = advance(plan, width)
+        if phase == 0 and expert.phase == 1:
+            switches.append(distance)
+        return point
+
+    expert._advance = watched
+    for _ in range(sim.setup.max_steps):
+        if sim.success():
+            break
+        q, width = expert.act(sim.snapshot(), sim.arm_positions)
+        sim.set_trajectory(names, [[*q, width / 2]], [CONTROL_DT])
+        sim.step(50)
+    assert sim.success()
+    assert len(switches) == 1 and ARRIVED < switches[0] < DYNAMIC_DESCEND_WITHIN
+
+
 def test_reach_expert_touches_with_margin_and_leaves_the_cube_in_place():
     """The reach expert's final pose is well inside the touch radius (not at its edge, which
     would teach a policy to hover just outside it), and its open fingers clear the cube."""

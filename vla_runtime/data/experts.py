@@ -54,6 +54,11 @@ REACH_HEIGHT = 0.012
 # trails the cube (a one-frame policy cannot see its velocity). Policies taught to end 12 mm
 # above the centre hovered 2-3 cm above it, at the radius's edge.
 DYNAMIC_REACH_HEIGHT = 0.0
+# dynamic reach: the hand starts down once within this of the point above the sliding cube and
+# keeps chasing it on the way down (the open fingers still clear the cube by 5 mm a side). An
+# expert that first aligns within ARRIVED teaches a policy that trails the cube by a centimetre
+# or two to hover above it and never descend.
+DYNAMIC_DESCEND_WITHIN = 0.015
 # pick: the TCP height of the grasp. The open fingertips clear the table by ~11 mm there (by
 # 4 mm at 12 mm, where policies imitating the descent a few mm low pressed the table and the
 # consequence check vetoed them); the pads still close on the cube's lower half.
@@ -150,6 +155,7 @@ class Waypoint:
     # the fingers have reached `gripper` or stopped on an object (a real hand needs 0.4 s to
     # close on a cube; pushing or lifting with half-open fingers fails).
     hand_first: bool = False
+    arrived_within: float = ARRIVED  # m: the distance at which it counts as reached
 
 
 class ScriptedExpert:
@@ -180,9 +186,12 @@ class ScriptedExpert:
             if task == "dynamic_reach" and self._previous_cube is not None:
                 velocity = (cube - self._previous_cube) / CONTROL_DT
             aim = cube + velocity * 0.25  # lead the sliding cube by the tracking lag
-            low = DYNAMIC_REACH_HEIGHT if task == "dynamic_reach" else REACH_HEIGHT
+            dynamic = task == "dynamic_reach"
+            low = DYNAMIC_REACH_HEIGHT if dynamic else REACH_HEIGHT
+            within = DYNAMIC_DESCEND_WITHIN if dynamic else ARRIVED
+            above = aim + [0.0, 0.0, HALF + 0.06]
             return [
-                Waypoint(aim + [0.0, 0.0, HALF + 0.06], 0.0, TRANSIT_SPEED, OPEN),
+                Waypoint(above, 0.0, TRANSIT_SPEED, OPEN, arrived_within=within),
                 Waypoint(aim + [0.0, 0.0, low], 0.0, 0.12, OPEN),
             ]
         if task == "pick":
@@ -264,7 +273,7 @@ class ScriptedExpert:
 
     def _advance(self, plan: list[Waypoint], width: float) -> Waypoint:
         point = plan[self.phase]
-        arrived = np.linalg.norm(point.position - self.pos_cmd) < ARRIVED
+        arrived = np.linalg.norm(point.position - self.pos_cmd) < point.arrived_within
         if arrived and self._hand_ready(point, width):
             if self.wait < point.dwell:
                 self.wait += 1
