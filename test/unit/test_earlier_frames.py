@@ -154,3 +154,39 @@ def test_a_grown_model_keeps_every_weight_and_its_auxiliary_head_ignores_the_new
     torch.testing.assert_close(after, before)
     with pytest.raises(ValueError, match="cannot add earlier frames"):
         with_earlier_frames(grown, SPEC)
+
+
+def test_the_in_process_loops_give_the_policy_the_earlier_frame(tmp_path, monkeypatch):
+    """Evaluation and recovery collection keep every step's frames: the policy's first chunk
+    of an episode sees the same frame twice, the next ones a frame 0.1 s older."""
+    from vla_runtime.data import evaluate, recovery
+    from vla_runtime.engine.checkpoint import random_checkpoint, save_checkpoint
+    from vla_runtime.engine.factory import load_policy
+
+    spec = default_spec(image_size=32, earlier_frames={"scene": 0.1}, action_space="joint_deltas")
+    checkpoint = random_checkpoint("tiny", seed=1, spec=spec)
+    norm = checkpoint.normalization  # small random deltas: motion the arm does not refuse
+    norm.action_std = np.full_like(norm.action_std, 0.003)
+    norm.action_mean[-1] = 0.04  # the gripper half open
+    save_checkpoint(tmp_path / "motion", checkpoint)
+    seen = []
+
+    def recording(*args, **kwargs):
+        policy = load_policy(*args, **kwargs)
+        infer = policy.infer
+        policy.infer = lambda obs, *a, **k: seen.append(obs) or infer(obs, *a, **k)
+        return policy
+
+    monkeypatch.setattr(evaluate, "load_policy", recording)
+    monkeypatch.setattr(recovery, "load_policy", recording)
+    evaluate.evaluate_in_process(str(tmp_path / "motion"), "reach", 1, execute=4,
+                                 progress=False)  # fmt: skip
+    evaluated = list(seen)
+    seen.clear()
+    recovery.collect_recovery(str(tmp_path / "motion"), "reach", 1, tmp_path / "rec",
+                              branch_every=1000, branch_steps=2, execute=4, progress=False)  # fmt: skip
+    for first, second in (evaluated[:2], seen[:2]):
+        assert np.array_equal(first.images["scene_earlier"], first.images["scene"])
+        assert second.stamp - first.stamp == pytest.approx(0.2)  # 4 steps of 50 ms
+        assert not np.array_equal(second.images["scene_earlier"], second.images["scene"])
+        assert not np.array_equal(second.images["scene_earlier"], first.images["scene"])
