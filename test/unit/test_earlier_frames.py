@@ -179,12 +179,12 @@ def test_the_in_process_loops_give_the_policy_the_earlier_frame(tmp_path, monkey
 
     monkeypatch.setattr(evaluate, "load_policy", recording)
     monkeypatch.setattr(recovery, "load_policy", recording)
-    evaluate.evaluate_in_process(str(tmp_path / "motion"), "reach", 1, execute=4,
-                                 progress=False)  # fmt: skip
+    motion = str(tmp_path / "motion")
+    evaluate.evaluate_in_process(motion, "reach", 1, execute=4, progress=False)
     evaluated = list(seen)
     seen.clear()
-    recovery.collect_recovery(str(tmp_path / "motion"), "reach", 1, tmp_path / "rec",
-                              branch_every=1000, branch_steps=2, execute=4, progress=False)  # fmt: skip
+    recovery.collect_recovery(motion, "reach", 1, tmp_path / "rec", branch_every=1000,
+                              branch_steps=2, execute=4, progress=False)  # fmt: skip
     for first, second in (evaluated[:2], seen[:2]):
         assert np.array_equal(first.images["scene_earlier"], first.images["scene"])
         assert second.stamp - first.stamp == pytest.approx(0.2)  # 4 steps of 50 ms
