@@ -99,6 +99,14 @@ def test_calibrate_without_sim_says_what_hardware_needs(procedure, capsys):
     [
         ("train --data {missing} --out {tmp}/ckpt".split(), "is not a LeRobot dataset"),
         (
+            "train --data {missing} --out {tmp}/ckpt --earlier-frame scene".split(),
+            "--earlier-frame: CAMERA:SECONDS with 0 < SECONDS <= 1, not 'scene'",
+        ),
+        (
+            "train --data {missing} --out {tmp}/ckpt --earlier-frame scene:2".split(),
+            "CAMERA:SECONDS with 0 < SECONDS <= 1, not 'scene:2'",
+        ),
+        (
             "collect --task reach --episodes 1 --out {tmp}/ds --recover-from {missing}".split(),
             "is not a checkpoint",
         ),
