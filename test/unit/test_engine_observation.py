@@ -143,4 +143,4 @@ def test_the_history_keeps_its_span_its_bound_and_starts_afresh_when_the_clock_j
     assert [s.stamp for s in history.samples()] == [3.0] and history.samples()[-1].stamp == 3.0
     for _ in range(5000):  # a paused clock: one stamp over and over
         history.add(moving_joints(3.0))
-    assert len(history.samples()) == 1000
+    assert len(history.samples()) == 1

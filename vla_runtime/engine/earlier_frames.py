@@ -9,10 +9,9 @@ same way, `data/train.earlier_index`)."""
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
+from vla_runtime.core.stamped_window import StampedWindow
 from vla_runtime.engine.policy import PolicySpec
 
 
@@ -21,8 +20,8 @@ class FrameHistory:
         self.earlier = spec.earlier_frames
         longest = max((c.delay_s for c in self.earlier), default=0.0)
         self.span_s = 2.0 * longest  # a camera slower than the delay still has a frame before
-        self._frames: dict[str, deque[tuple[float, object]]] = {
-            c.source: deque() for c in self.earlier
+        self._frames: dict[str, StampedWindow] = {
+            c.source: StampedWindow(self.span_s) for c in self.earlier
         }
 
     def __bool__(self) -> bool:
@@ -32,16 +31,8 @@ class FrameHistory:
         """Record `camera`'s frame captured at `stamp` (any object: an image or a frame record);
         a stamp older than the newest kept (a new episode, a restarted clock) starts afresh."""
         kept = self._frames.get(camera)
-        if kept is None:
-            return
-        if kept and stamp < kept[-1][0]:
-            kept.clear()
-        if kept and stamp == kept[-1][0]:
-            kept[-1] = (stamp, frame)
-        else:
-            kept.append((stamp, frame))
-        while stamp - kept[0][0] > self.span_s:
-            kept.popleft()
+        if kept is not None:
+            kept.add(stamp, frame)
 
     def add_images(self, images: dict[str, np.ndarray], stamp: float) -> None:
         for camera, image in images.items():
@@ -63,7 +54,7 @@ class FrameHistory:
                 continue
             candidates = [
                 (stamp, frame)
-                for stamp, frame in self._frames[camera.source]
+                for stamp, frame in self._frames[camera.source].stamped()
                 if since <= stamp <= source_newest
             ]
             if candidates:

@@ -11,7 +11,6 @@ history (`JointHistory`)."""
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vla_runtime.core import topics
+from vla_runtime.core.stamped_window import StampedWindow
 from vla_runtime.engine.policy import CameraSpec, Observation, PolicySpec
 from vla_runtime.engine.state_mapping import AwaitingEpisode, StateMapping, SyncError
 
@@ -39,24 +39,17 @@ class JointSample:
 
 class JointHistory:
     """The joint states of the last `span_s` seconds (a camera period and the time a frame waits
-    for inference fit in it), oldest first, at most `max_samples` of them (states repeating one
-    stamp, from a paused clock, must not grow it). A state older than the newest (the clock
-    jumped back: a restarted simulator, a replayed log) starts it afresh."""
+    for inference fit in it), oldest first (`core.stamped_window.StampedWindow`: a repeated
+    stamp replaces, a stamp older than the newest starts afresh)."""
 
-    def __init__(self, span_s: float = 0.5, max_samples: int = 1000):
-        self.span_s = span_s
-        self._samples: deque[JointSample] = deque(maxlen=max_samples)
+    def __init__(self, span_s: float = 0.5):
+        self._window: StampedWindow[JointSample] = StampedWindow(span_s)
 
     def add(self, sample: JointSample) -> None:
-        samples = self._samples
-        if samples and sample.stamp < samples[-1].stamp:
-            samples.clear()
-        samples.append(sample)
-        while sample.stamp - samples[0].stamp > self.span_s:
-            samples.popleft()
+        self._window.add(sample.stamp, sample)
 
     def samples(self) -> tuple[JointSample, ...]:
-        return tuple(self._samples)
+        return self._window.items()
 
 
 @dataclass(frozen=True)
