@@ -209,6 +209,44 @@ def test_the_dynamic_reach_expert_descends_before_it_is_aligned_and_chases_on_th
     assert len(switches) == 1 and ARRIVED < switches[0] < DYNAMIC_DESCEND_WITHIN
 
 
+def test_the_dynamic_reach_expert_aims_where_the_cube_will_be_when_the_hand_gets_there():
+    """From afar it leads the sliding cube by the time the hand needs to get there (bounces off
+    the slide region's walls included), so its labels depend on the cube's motion; beside the
+    cube it leads by the tracking lag."""
+    from vla_runtime.data.experts import (
+        MAX_LEAD,
+        TRACKING_LAG,
+        TRANSIT_SPEED,
+        ArmKinematics,
+        ScriptedExpert,
+    )
+    from vla_runtime.sim.tasks import CONTROL_DT, SLIDE_REGION_X, SceneSnapshot
+
+    sim = TaskSimulator("dynamic_reach", seed=5)
+    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    target = sim.setup.target
+    velocity = np.array([0.05, 0.0, 0.0])
+
+    def above_point(cube, hand):
+        expert._previous_cube = cube - velocity * CONTROL_DT
+        expert.pos_cmd = np.array(hand, dtype=float)
+        state = SceneSnapshot(tcp=expert.pos_cmd, gripper_width=0.08, cubes={target: cube})
+        return expert.plan(state, (1.0, 0.0, 0.0, 0.0))[0].position
+
+    cube = np.array([0.45, 0.0, 0.02])
+    hand = cube + [0.0, 0.1, 0.1]  # 10 cm beside it: half a second away
+    lead = 0.1 / TRANSIT_SPEED
+    assert TRACKING_LAG < lead < MAX_LEAD
+    assert above_point(cube, hand)[:2] == pytest.approx([0.45 + 0.05 * lead, 0.0], abs=1e-9)
+    assert above_point(cube, cube + [0.0, 0.0, 0.1])[0] == pytest.approx(0.45 + 0.05 * TRACKING_LAG)
+    far = cube + [0.0, 0.5, 0.1]
+    assert above_point(cube, far)[0] == pytest.approx(0.45 + 0.05 * MAX_LEAD)
+    near_wall = np.array([SLIDE_REGION_X[1] - 0.01, 0.0, 0.02])  # bounces back after 0.2 s
+    assert above_point(near_wall, near_wall + [0.0, 0.5, 0.1])[0] == pytest.approx(
+        SLIDE_REGION_X[1] - 0.01 - 0.05 * MAX_LEAD + 0.02
+    )
+
+
 def test_reach_expert_touches_with_margin_and_leaves_the_cube_in_place():
     """The reach expert's final pose is well inside the touch radius (not at its edge, which
     would teach a policy to hover just outside it), and its open fingers clear the cube."""

@@ -27,6 +27,7 @@ from vla_runtime.sim.tasks import (
     ZONE_CENTRE,
     EpisodeSetup,
     SceneSnapshot,
+    slide_position,
 )
 from vla_runtime.sim.workcell import TCP_SITE
 
@@ -59,6 +60,11 @@ DYNAMIC_REACH_HEIGHT = 0.0
 # expert that first aligns within ARRIVED teaches a policy that trails the cube by a centimetre
 # or two to hover above it and never descend.
 DYNAMIC_DESCEND_WITHIN = 0.015
+# dynamic reach: the expert aims where the cube will be when the hand gets there, at least the
+# arm's tracking lag ahead and at most this far (further, a policy's error in the cube's velocity
+# from two frames outweighs the lead).
+TRACKING_LAG = 0.25  # s
+MAX_LEAD = 1.0  # s
 # pick: the TCP height of the grasp. The open fingertips clear the table by ~11 mm there (by
 # 4 mm at 12 mm, where policies imitating the descent a few mm low pressed the table and the
 # consequence check vetoed them); the pads still close on the cube's lower half.
@@ -70,6 +76,13 @@ PUSH_HEIGHT = 0.024
 # of its target (open fingers clear a 4 cm cube by 2 cm a side).
 RESUME_LATERAL = 0.03
 HELD_LIFT = 0.01  # m: a cube this far above its resting height, near the TCP, is being held
+
+
+def intercept_lead(distance: float) -> float:
+    """Seconds ahead of a sliding cube to aim, `distance` (m) beside it: about the time the hand
+    needs to get there, so labels from afar already head where the cube will be (a policy seeing
+    the cube move then learns to lead it), and the tracking lag once there."""
+    return min(MAX_LEAD, max(TRACKING_LAG, distance / TRANSIT_SPEED))
 
 
 def braking_speed(distance: float, acceleration: float) -> float:
@@ -182,11 +195,12 @@ class ScriptedExpert:
         task = self.setup.task
         cube = state.cubes[self.setup.target]
         if task in ("reach", "dynamic_reach"):
-            velocity = np.zeros(3)
-            if task == "dynamic_reach" and self._previous_cube is not None:
-                velocity = (cube - self._previous_cube) / CONTROL_DT
-            aim = cube + velocity * 0.25  # lead the sliding cube by the tracking lag
             dynamic = task == "dynamic_reach"
+            aim = cube
+            if dynamic and self._previous_cube is not None:
+                velocity = (cube - self._previous_cube)[:2] / CONTROL_DT
+                lead = intercept_lead(float(np.linalg.norm(cube[:2] - self.pos_cmd[:2])))
+                aim = np.array([*slide_position(cube[:2], velocity, lead), cube[2]])
             low = DYNAMIC_REACH_HEIGHT if dynamic else REACH_HEIGHT
             within = DYNAMIC_DESCEND_WITHIN if dynamic else ARRIVED
             above = aim + [0.0, 0.0, HALF + 0.06]
