@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from vla_runtime.data.train import TrainingData, earlier_index, sample_batch, with_earlier_frames
+from vla_runtime.data.train import (
+    TrainingData,
+    earlier_index,
+    privileged_targets,
+    sample_batch,
+    with_aux_dim,
+    with_earlier_frames,
+)
 from vla_runtime.engine.checkpoint import Normalization
 from vla_runtime.engine.earlier_frames import FrameHistory
 from vla_runtime.engine.model import VLAModel, default_spec, preset_config, tokenize
@@ -123,9 +130,10 @@ def test_training_takes_the_frame_steps_earlier_within_its_episode():
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(20):
-        (_, frames, _, _), index = sample_batch(data, spec.cameras, 2, norm, rng, 16, 0, dt=0.05)
+        (_, frames, _, _), shown = sample_batch(data, spec.cameras, 2, norm, rng, 16, 0, dt=0.05)
         now, before = frames[:, 0, 0, 0, 0].numpy(), frames[:, 2, 0, 0, 0].numpy()
-        np.testing.assert_array_equal(now, index)
+        np.testing.assert_array_equal(shown, np.stack([now, now, before], axis=1))
+        index = shown[:, 0]
         steps = now.astype(int) - before.astype(int)
         start = data.episode_start[index]
         # 2 steps (0.1 s at 20 Hz), give or take one, never before the episode's first frame
@@ -133,6 +141,34 @@ def test_training_takes_the_frame_steps_earlier_within_its_episode():
         assert np.all(before >= start)
         seen.update(steps[before > start].tolist())
     assert seen == {1, 2, 3}
+
+
+def test_the_auxiliary_targets_ask_how_far_the_named_cube_moved_since_the_earlier_frame():
+    env_state = np.zeros((6, 6))
+    env_state[:, 0] = 0.4 + 0.01 * np.arange(6)  # the named cube slides along x
+    env_state[:, 3] = 0.2  # another cube stands still
+    shown = np.array([[5, 5, 2], [3, 3, 3]])  # (frame, its wrist view, its earlier view)
+    targets = privileged_targets(env_state, shown, SPEC.cameras)
+    np.testing.assert_allclose(targets[:, :6], env_state[[5, 3]])
+    np.testing.assert_allclose(targets[:, 6:], [[0.03, 0.0, 0.0], [0.0, 0.0, 0.0]], atol=1e-12)
+    plain = default_spec(image_size=32).cameras
+    only_now = privileged_targets(env_state, shown[:, :2], plain)
+    np.testing.assert_allclose(only_now, env_state[[5, 3]])
+
+
+def test_a_wider_auxiliary_head_keeps_the_outputs_it_had():
+    config = preset_config("tiny", SPEC)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        source = VLAModel(type(config)(**{**config.to_dict(), "aux_dim": 12})).eval()
+    wider = with_aux_dim(source, 15).eval()
+    text = torch.from_numpy(tokenize("touch the moving red cube", config.max_text_len))[None]
+    images = torch.randint(0, 256, (1, 3, 32, 32, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        before = source.encode_prefix(text, images, torch.zeros(1, 8), return_aux=True)[2]
+        after = wider.encode_prefix(text, images, torch.zeros(1, 8), return_aux=True)[2]
+    assert after.shape == (1, 15)
+    torch.testing.assert_close(after[:, :12], before)
 
 
 def test_a_grown_model_keeps_every_weight_and_its_auxiliary_head_ignores_the_new_view():

@@ -50,6 +50,22 @@ def test_train_uses_the_environment_state_and_resumes(tmp_path, env_state):
     assert resumed["completed_steps"] == 4
 
 
+def test_a_policy_grown_to_see_motion_also_learns_how_far_the_cube_moved(tmp_path):
+    """From a plain checkpoint, `earlier_frames` adds the view and three auxiliary outputs (the
+    named cube's displacement since that view); the run resumes with them."""
+    data, base, motion = tmp_path / "data", tmp_path / "base", tmp_path / "motion"
+    _dataset(data, env_state=True)
+    train([str(data)], base, steps=2, batch_size=4, save_every=2, progress=False)
+    summary = train([str(data)], motion, steps=2, batch_size=4, save_every=2, progress=False,
+                    init=base, earlier_frames={"scene": 0.1})  # fmt: skip
+    assert np.isfinite(summary["final_aux_loss"])
+    model = load_checkpoint(motion).model
+    assert (model.cfg.num_cameras, model.cfg.aux_dim) == (3, 6)
+    resumed = train([str(data)], motion, steps=4, batch_size=4, save_every=2, progress=False,
+                    earlier_frames={"scene": 0.1})  # fmt: skip
+    assert resumed["completed_steps"] == 4
+
+
 def test_delta_chunks_are_relative_to_the_measured_state_and_undo_exactly():
     """Training targets in joint_deltas subtract the frame's arm state (not the gripper), pad
     with the episode's last action, and `chunk_to_positions` restores the absolute rows."""

@@ -146,14 +146,30 @@ def earlier_index(data: TrainingData, index: np.ndarray, steps: np.ndarray) -> n
     return np.maximum(index - steps, data.episode_start[index])
 
 
+def shown_frames(data: TrainingData, index: np.ndarray, cameras, dt: float, rng=None):
+    """The dataset frame behind each camera's view of frames `index` (B, cameras): the frame
+    itself, or for an earlier frame its source's `delay_s` before (give or take one step with
+    `rng`: at run time it is the camera frame nearest that delay, a camera period apart)."""
+    shown = np.empty((len(index), len(cameras)), dtype=np.int64)
+    for column, camera in enumerate(cameras):
+        if camera.source:
+            steps = round(camera.delay_s / dt)
+            if rng is not None:
+                steps = steps + rng.integers(-1, 2, len(index))
+            shown[:, column] = earlier_index(data, index, np.maximum(1, steps))
+        else:
+            shown[:, column] = index
+    return shown
+
+
 def sample_batch(
     data: TrainingData, cameras, horizon, norm, rng, batch, shift: int, state_noise: float = 0.0,
     deltas: bool = False, *, dt: float,
 ):  # fmt: skip
     """Random frames -> tensors for `flow_matching_loss` (images randomly shifted +-shift px),
-    plus the frames' indices (to look up their privileged state). `cameras`: the policy's
-    (`CameraSpec`); an earlier frame is its source's `delay_s` before, give or take one step
-    (at run time it is the camera frame nearest that delay, a camera period apart).
+    plus the dataset frame behind each view (B, cameras; to look up privileged state: the first
+    column is the sampled frame, an earlier view's the frame it shows). `cameras`: the policy's
+    (`CameraSpec`; `shown_frames` picks what each shows).
 
     `state_noise` (rad, arm joints only) hides the small joint deviations through which an
     expert's early motion reveals its goal: without it the policy learns to continue whatever
@@ -165,14 +181,10 @@ def sample_batch(
     if state_noise:
         raw_state[:, :-1] += rng.normal(0.0, state_noise, raw_state[:, :-1].shape)
     state = norm.normalize_state(raw_state)
-    views = []
-    for camera in cameras:
-        if camera.source:
-            steps = np.maximum(1, round(camera.delay_s / dt) + rng.integers(-1, 2, batch))
-            views.append(data.images[camera.source][earlier_index(data, index, steps)])
-        else:
-            views.append(data.images[camera.name][index])
-    frames = np.stack(views, axis=1)  # (B, C, H, W, 3)
+    shown = shown_frames(data, index, cameras, dt, rng)
+    frames = np.stack(
+        [data.images[c.source or c.name][shown[:, k]] for k, c in enumerate(cameras)], axis=1
+    )  # (B, C, H, W, 3)
     if shift:
         h, w = frames.shape[2:4]
         padded = np.pad(frames, ((0, 0), (0, 0), (shift, shift), (shift, shift), (0, 0)), "edge")
@@ -185,7 +197,36 @@ def sample_batch(
         torch.from_numpy(np.ascontiguousarray(frames)),
         torch.from_numpy(state.astype(np.float32)),
         torch.from_numpy(actions.astype(np.float32)),
-    ), index
+    ), shown
+
+
+TARGET_XYZ = slice(0, 3)  # the env_state columns of the named cube (ENV_STATE_NAMES)
+
+
+def privileged_targets(env_state: np.ndarray, shown: np.ndarray, cameras) -> np.ndarray:
+    """The auxiliary head's targets for views of the dataset frames `shown` (B, cameras, from
+    `sample_batch`): the privileged state now and, per earlier frame, how far the named cube
+    moved since then. That is what a pair of frames shows and one cannot: asking the encoder
+    for it makes it represent the motion, which the action expert otherwise barely read."""
+    now = shown[:, 0]
+    parts = [env_state[now]]
+    for column, camera in enumerate(cameras):
+        if camera.source:
+            parts.append(env_state[now, TARGET_XYZ] - env_state[shown[:, column], TARGET_XYZ])
+    return np.concatenate(parts, axis=1)
+
+
+def with_aux_dim(source: VLAModel, aux_dim: int) -> VLAModel:
+    """`source` with an auxiliary head of `aux_dim` outputs: its outputs carry over, the added
+    ones start untrained."""
+    model = VLAModel(replace(source.cfg, aux_dim=aux_dim))
+    weights = source.state_dict()
+    fresh = model.state_dict()
+    kept = source.cfg.aux_dim
+    for name in ("aux_head.2.weight", "aux_head.2.bias"):
+        weights[name] = torch.cat([weights[name], fresh[name][kept:]])
+    model.load_state_dict(weights)
+    return model.train()
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int = 200) -> float:
@@ -293,11 +334,16 @@ def train(
     load_s = time.perf_counter() - started
     # Auxiliary loss: predict the (normalised) privileged state from the camera blocks, a dense
     # signal that teaches the encoder to find the named object before the actions depend on it.
-    aux = None
+    aux = None  # (mean, std) of the targets
     if aux_weight > 0 and data.env_state is not None:
-        config = replace(config, aux_dim=data.env_state.shape[1])
-        mean, std = data.env_state.mean(0), data.env_state.std(0) + 1e-6
-        aux = torch.from_numpy((data.env_state - mean) / std)
+        shown = shown_frames(data, np.arange(len(data)), spec.cameras, spec.dt)
+        targets = privileged_targets(data.env_state, shown, spec.cameras)
+        config = replace(config, aux_dim=targets.shape[1])
+        std = targets.std(0) + 1e-6
+        # A still cube moves by 0: the floor keeps a displacement's noise from ruling the loss.
+        moved = slice(data.env_state.shape[1], None)
+        std[moved] = np.maximum(std[moved], 1e-3)
+        aux = targets.mean(0), std
 
     resume = out / TRAIN_STATE
     init_from_another_arm = None
@@ -317,6 +363,9 @@ def train(
         elapsed0 = float(state["train_seconds"])
         if not model.cfg.aux_dim:  # a run started without the auxiliary head goes on without it
             aux = None
+        elif aux is not None and model.cfg.aux_dim != config.aux_dim:
+            raise ValueError(f"{out}'s auxiliary head has {model.cfg.aux_dim} outputs, this "
+                             f"training wants {config.aux_dim}: start it afresh")  # fmt: skip
     else:
         torch.manual_seed(seed)
         if init is None:
@@ -331,6 +380,8 @@ def train(
                 model = with_earlier_frames(model, spec)
             if not model.cfg.aux_dim:
                 aux = None
+            elif aux is not None and model.cfg.aux_dim != config.aux_dim:
+                model = with_aux_dim(model, config.aux_dim)
         everything = np.arange(len(data))
         norm = Normalization.from_data(
             data.state, action_chunks(data, everything, spec.chunk_len, deltas)
@@ -365,12 +416,16 @@ def train(
         for step in range(step0, steps):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, steps, lr)
-            batch, index = sample_batch(data, spec.cameras, spec.chunk_len, norm, rng, batch_size,
+            batch, shown = sample_batch(data, spec.cameras, spec.chunk_len, norm, rng, batch_size,
                                         3, state_noise, deltas, dt=spec.dt)  # fmt: skip
             if aux is None:
                 loss = flow_matching_loss(model, *batch)
             else:
-                loss, aux_loss = flow_matching_loss(model, *batch, aux_target=aux[index])
+                mean, std = aux
+                target = (privileged_targets(data.env_state, shown, spec.cameras) - mean) / std
+                loss, aux_loss = flow_matching_loss(
+                    model, *batch, aux_target=torch.from_numpy(target.astype(np.float32))
+                )
                 aux_losses.append(aux_loss.item())
                 loss = loss + aux_weight * aux_loss
             optimizer.zero_grad(set_to_none=True)
