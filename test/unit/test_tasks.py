@@ -174,19 +174,20 @@ def test_scripted_expert_solves_the_task(task):
         assert lifted_at_width == pytest.approx(CUBE_SIZE, abs=0.002)
 
 
+def _dynamic_reach_expert():
+    from vla_runtime.data.experts import ArmKinematics, ScriptedExpert
+
+    sim = TaskSimulator("dynamic_reach", seed=5)
+    return sim, ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+
+
 def test_the_dynamic_reach_expert_descends_before_it_is_aligned_and_chases_on_the_way_down():
     """It starts down within 15 mm of the point above the sliding cube, not once aligned within
     6 mm (which a policy trailing the cube never is), and still touches it."""
-    from vla_runtime.data.experts import (
-        ARRIVED,
-        DYNAMIC_DESCEND_WITHIN,
-        ArmKinematics,
-        ScriptedExpert,
-    )
+    from vla_runtime.data.experts import ARRIVED, DYNAMIC_DESCEND_WITHIN
     from vla_runtime.sim.tasks import CONTROL_DT
 
-    sim = TaskSimulator("dynamic_reach", seed=5)
-    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    sim, expert = _dynamic_reach_expert()
     names = (*sim.robot.joints, sim.robot.gripper_joints[0])
     switches = []  # the setpoint's distance from the point above when it starts down
     advance = expert._advance
@@ -213,17 +214,10 @@ def test_the_dynamic_reach_expert_aims_where_the_cube_will_be_when_the_hand_gets
     """From afar it leads the sliding cube by the time the hand needs to get there (bounces off
     the slide region's walls included), so its labels depend on the cube's motion; beside the
     cube it leads by the tracking lag."""
-    from vla_runtime.data.experts import (
-        MAX_LEAD,
-        TRACKING_LAG,
-        TRANSIT_SPEED,
-        ArmKinematics,
-        ScriptedExpert,
-    )
+    from vla_runtime.data.experts import MAX_LEAD, TRACKING_LAG, TRANSIT_SPEED
     from vla_runtime.sim.tasks import CONTROL_DT, SLIDE_REGION_X, SceneSnapshot
 
-    sim = TaskSimulator("dynamic_reach", seed=5)
-    expert = ScriptedExpert(sim.setup, ArmKinematics(sim.model))
+    sim, expert = _dynamic_reach_expert()
     target = sim.setup.target
     velocity = np.array([0.05, 0.0, 0.0])
 
