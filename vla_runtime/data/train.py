@@ -206,8 +206,8 @@ TARGET_XYZ = slice(0, 3)  # the env_state columns of the named cube (ENV_STATE_N
 def privileged_targets(env_state: np.ndarray, shown: np.ndarray, cameras) -> np.ndarray:
     """The auxiliary head's targets for views of the dataset frames `shown` (B, cameras, from
     `sample_batch`): the privileged state now and, per earlier frame, how far the named cube
-    moved since then. That is what a pair of frames shows and one cannot: asking the encoder
-    for it makes it represent the motion, which the action expert otherwise barely read."""
+    moved since then: what a pair of frames shows and one cannot, asked for so that the
+    encoder represents the motion."""
     now = shown[:, 0]
     parts = [env_state[now]]
     for column, camera in enumerate(cameras):
