@@ -10,6 +10,7 @@ from vla_runtime.core.command_source import (
     Publisher,
     Rearm,
     StopLatch,
+    interface_delay_s,
     interface_roles,
     qualified_name,
     resolve_source,
@@ -44,6 +45,18 @@ def test_the_interface_names_the_obeyed_and_the_ignored_topic():
     assert interface_roles("forward_position") == ("forward", "trajectory")
     with pytest.raises(ValueError, match="command_interface"):
         interface_roles("velocity")
+
+
+def test_a_trajectory_controller_is_at_a_command_its_lookahead_later_a_forward_one_at_once():
+    assert interface_delay_s("trajectory", 6.0, 0.01) == pytest.approx(0.06)
+    assert interface_delay_s("trajectory", 3.0, 0.004) == pytest.approx(0.012)
+    assert interface_delay_s("forward_position", 6.0, 0.01) == 0.0
+    with pytest.raises(ValueError, match="command_interface"):
+        interface_delay_s("velocity", 6.0, 0.01)
+    with pytest.raises(ValueError, match="lookahead"):
+        interface_delay_s("trajectory", float("nan"), 0.01)
+    with pytest.raises(ValueError, match="period"):
+        interface_delay_s("trajectory", 6.0, 0.0)
 
 
 def test_the_sources_messages_are_admitted_while_it_is_the_only_publisher():

@@ -63,6 +63,21 @@ def test_policy_part_is_included_in_every_stack_with_its_robot():
     assert "engine" not in [n.name for n in resolve_stack("sim").nodes]  # policy is opt-in
 
 
+def test_the_sim_streamer_leads_by_the_delay_to_the_arm_on_the_tracking_servo_only():
+    def streamer(**overrides):
+        stack = resolve_stack("sim", {"policy": True, **overrides})
+        return next(n for n in stack.nodes if n.name == "streamer").parameters
+
+    tracking = streamer(servo_feedforward=True)
+    assert tracking["driver_delay_s"] == 0.026  # calibration/sim/latency.yaml
+    assert tracking["lead_trajectory_lookahead"] is True
+    assert tracking["command_interface"] == "trajectory"
+    assert tracking["trajectory_lookahead"] == 6.0
+    lagging = streamer()
+    assert lagging["driver_delay_s"] == 0.0 and lagging["lead_trajectory_lookahead"] is False
+    assert streamer(servo_feedforward=True, driver_delay_s=0.05)["driver_delay_s"] == 0.05
+
+
 def test_variables_cannot_be_overridden(tmp_path):
     stack = tmp_path / "v.yaml"
     stack.write_text(

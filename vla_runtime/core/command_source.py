@@ -15,6 +15,7 @@ interface, no automatic recovery from a latched fault, and a re-arm from the mea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +52,20 @@ def interface_roles(interface: str) -> tuple[str, str]:
         )
     used = roles[interface]
     return used, "trajectory" if used == "forward" else "forward"
+
+
+def interface_delay_s(interface: str, trajectory_lookahead: float, gate_period_s: float) -> float:
+    """How long after the safety gate sends a command the arm's controller setpoint is there: a
+    one-point trajectory is reached `trajectory_lookahead` gate periods later (the way MoveIt
+    Servo streams to a trajectory controller); a forward position command is the setpoint at
+    once. A streamer that does not lead its commands by it runs the arm that much behind every
+    plan, and each chunk, planned from where the arm is, starts that much short."""
+    interface_roles(interface)
+    if not (math.isfinite(trajectory_lookahead) and trajectory_lookahead >= 0):
+        raise ValueError(f"trajectory_lookahead must be >= 0 periods, got {trajectory_lookahead}")
+    if not (math.isfinite(gate_period_s) and gate_period_s > 0):
+        raise ValueError(f"the gate period must be > 0 s, got {gate_period_s}")
+    return trajectory_lookahead * gate_period_s if interface == "trajectory" else 0.0
 
 
 # What the ROS graph names a publisher whose node it has not learnt yet (rmw's placeholders).

@@ -2,7 +2,8 @@
 
 Subscribes /vla/checked_chunk (JointTrajectory, docs/design.md §2 chunk convention) and
 /joint_states; publishes /vla/command (sensor_msgs/JointState, header.stamp = the command time
-the setpoint is for = now + driver_delay_s) at `control_rate_hz`, /vla/inference_request
+the setpoint is for = now + driver_delay_s, plus the trajectory lookahead when the safety gate
+drives a trajectory controller) at `control_rate_hz`, /vla/inference_request
 (JointTrajectory: the plan still to run, header.stamp = now, points relative to it,
 header.frame_id = "req:<id>", which the engine echoes in the chunk's frame_id so the delay can
 be counted in control steps) and /vla/streamer/stats (DiagnosticArray, every `stats_period_s`).
@@ -55,6 +56,7 @@ from std_msgs.msg import Float64, String
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.command_source import interface_delay_s
 from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.speed_scaling import UNITS
@@ -111,8 +113,12 @@ class StreamerParams:
                               StreamerConfig.margin_steps)  # fmt: skip
     blend_window_s: float = param("s over which a new chunk takes over the plan",
                                   StreamerConfig.blend_window_s)  # fmt: skip
-    driver_delay_s: float = param("s from command to motion (the setpoint is for now + it)",
-                                  StreamerConfig.driver_delay_s)  # fmt: skip
+    driver_delay_s: float = param("s from the arm controller's setpoint to motion (`vla-runtime "
+                                  "calibrate latency`)", StreamerConfig.driver_delay_s)  # fmt: skip
+    command_interface: str = param("the safety gate's (trajectory: its lookahead is led too)",
+                                   "forward_position")  # fmt: skip
+    trajectory_lookahead: float = param("the gate's periods to each trajectory point", 3.0)
+    lead_trajectory_lookahead: bool = param("lead commands by the trajectory lookahead too", True)
     warmup_requests: int = param("requests before the delay estimate is trusted",
                                  StreamerConfig.warmup_requests)  # fmt: skip
     request_timeout_s: float = param("s without an answer before asking again",
@@ -140,7 +146,13 @@ class StreamerNode(RuntimeNode):
         self.control_rate_hz = params.control_rate_hz
         if not 1.0 <= self.control_rate_hz <= 2000.0:
             raise ValueError(f"control_rate_hz must be in [1, 2000], got {self.control_rate_hz}")
-        self.config = build(StreamerConfig, params, control_period_s=1.0 / self.control_rate_hz)
+        period = 1.0 / self.control_rate_hz
+        # Commands are for now + the whole delay to the arm, the gate's interface included.
+        interface_delay = interface_delay_s(
+            params.command_interface, params.trajectory_lookahead, period
+        )
+        lead = params.driver_delay_s + params.lead_trajectory_lookahead * interface_delay
+        self.config = build(StreamerConfig, params, control_period_s=period, driver_delay_s=lead)
         self.tick_source = params.tick_source
         if self.tick_source not in TICK_SOURCES:
             raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")
@@ -203,7 +215,8 @@ class StreamerNode(RuntimeNode):
         )  # fmt: skip
         self.get_logger().info(
             f"streamer: {self.control_rate_hz:g} Hz ({self.tick_source}), mode {self.config.mode}, "
-            f"requests {self.config.request_policy}, joints {self.joint_names}, {scaling}"
+            f"requests {self.config.request_policy}, commands {1e3 * lead:.0f} ms ahead, "
+            f"joints {self.joint_names}, {scaling}"
         )
 
     # ------------------------------------------------------------------ control loop

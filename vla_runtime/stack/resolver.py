@@ -9,7 +9,8 @@ Format::
     arguments:                       # launch arguments, overridable as name:=value
       use_sim: {default: true, description: text}
       use_fake_hardware: {alias_of: use_sim}  # another name of an argument (a vendor's)
-      mode: {default: $(arg derived)}  # a default may name variables (resolved after them)
+      mode: {default: $(arg derived)}  # a default may name variables (resolved after them;
+                                       # overrides take the type of a lookup's choices)
     variables: {robot: $(arg robot_type)}  # derived values, usable as $(arg robot)
     variables:                       # or a lookup: the value must be one of the choices
       robot: {value: $(arg robot_type), choices: {fer: panda, fr3: fr3}, message: why}
@@ -227,7 +228,7 @@ def _typed_like(default: Any, value: Any, what: str) -> Any:
 
 
 def _arguments(
-    name: str, declared: dict, overrides: dict
+    name: str, declared: dict, overrides: dict, variables: dict
 ) -> tuple[dict[str, Any], dict[str, str], set[str]]:
     """Argument values (defaults, then the overrides typed like them), the aliases and the
     arguments given. An alias sets the argument it names; two names of one argument given
@@ -250,6 +251,8 @@ def _arguments(
         named = _ARG.fullmatch(default.strip()) if isinstance(default, str) else None
         if named and named.group(1) in args:  # a default that is another argument: its type
             default = args[named.group(1)]
+        elif named and isinstance(variables.get(named.group(1)), dict):  # a lookup: its choices'
+            default = next(iter(variables[named.group(1)].get("choices", {}).values()), default)
         typed = _typed_like(default, value, f"stack {name!r} argument {key}")
         if target in given and given[target][1] != typed:
             other, other_value = given[target]
@@ -319,7 +322,8 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
     """Load a stack and resolve arguments, conditions and substitutions into node specs."""
     name, raw = load_stack_file(name_or_path)
     declared = raw.get("arguments") or {}
-    args, aliases, given = _arguments(name, declared, dict(overrides or {}))
+    variables = raw.get("variables") or {}
+    args, aliases, given = _arguments(name, declared, dict(overrides or {}), variables)
     namespace_spec = raw.get("namespace") or {}
     namespace_arg = namespace_spec.get("argument")
     if namespace_arg is not None:
@@ -335,7 +339,7 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         k: v for k, v in args.items()
         if k not in given and isinstance(v, str) and _ARG.search(v)
     }  # fmt: skip
-    for key, spec in (raw.get("variables") or {}).items():
+    for key, spec in variables.items():
         if key in declared:
             raise StackError(f"stack {name!r}: variable {key!r} shadows an argument")
         args[key] = _variable(name, key, spec, args)
