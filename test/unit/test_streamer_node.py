@@ -38,6 +38,7 @@ def test_commands_lead_by_the_driver_delay_plus_the_gates_trajectory_lookahead()
             ])  # fmt: skip
             try:
                 assert node.config.driver_delay_s == pytest.approx(lead)
+                assert node.config.arm_only_delay_s == pytest.approx(lead - 0.026)
             finally:
                 node.close()
                 node.destroy_node()

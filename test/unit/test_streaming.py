@@ -87,6 +87,21 @@ def test_stale_prefix_dropped_at_the_right_index(driver_delay, dropped):
     assert metrics["stale_executed"] == 0
 
 
+def test_the_gripper_follows_the_plan_later_by_the_delay_only_the_arm_has():
+    # Commands lead by 86 ms: 26 ms to either, and 60 ms more to the arm (a trajectory
+    # controller's lookahead). Both must be on the plan at the same moment.
+    streamer = make_streamer(driver_delay_s=0.086, arm_only_delay_s=0.06)
+    streamer.tick(1.0)
+    times = 0.9 + chunk_times(n=40)
+    positions = line(times)
+    positions[:, 7] = 0.04 - 0.02 * (times - 0.9)  # the fingers close at 2 cm/s
+    assert streamer.merge_chunk(1.0, 0.9, times - 0.9, positions).accepted
+    setpoint = tick_until(streamer, 1.0, 1.5)[-1]  # past the start-up blend
+    now = 1.5 - PERIOD
+    assert setpoint.position[0] == pytest.approx(line([now + 0.086])[0][0], abs=1e-6)
+    assert setpoint.position[7] == pytest.approx(0.04 - 0.02 * (now + 0.026 - 0.9), abs=1e-6)
+
+
 def test_chunk_entirely_stale_is_rejected_and_counted():
     streamer = make_streamer(driver_delay_s=0.01)
     streamer.tick(1.0)
@@ -328,7 +343,8 @@ def test_no_progress_when_the_clock_does_not_advance():
 
 def test_config_validation():
     for bad in ({"mode": "fast"}, {"request_policy": "x"}, {"control_period_s": 0.0},
-                {"blend_window_s": -1.0}, {"margin_steps": -1}):  # fmt: skip
+                {"blend_window_s": -1.0}, {"margin_steps": -1},
+                {"driver_delay_s": 0.02, "arm_only_delay_s": 0.03}):  # fmt: skip
         with pytest.raises(ValueError):
             StreamerConfig(**bad)
 

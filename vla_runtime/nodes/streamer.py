@@ -151,8 +151,10 @@ class StreamerNode(RuntimeNode):
         interface_delay = interface_delay_s(
             params.command_interface, params.trajectory_lookahead, period
         )
-        lead = params.driver_delay_s + params.lead_trajectory_lookahead * interface_delay
-        self.config = build(StreamerConfig, params, control_period_s=period, driver_delay_s=lead)
+        arm_only = params.lead_trajectory_lookahead * interface_delay
+        lead = params.driver_delay_s + arm_only
+        self.config = build(StreamerConfig, params, control_period_s=period, driver_delay_s=lead,
+                            arm_only_delay_s=arm_only)  # fmt: skip
         self.tick_source = params.tick_source
         if self.tick_source not in TICK_SOURCES:
             raise ValueError(f"tick_source must be one of {TICK_SOURCES}, got {self.tick_source}")

@@ -20,6 +20,9 @@ class StreamerConfig:
     margin_steps: int = 25
     blend_window_s: float = 0.1
     driver_delay_s: float = 0.0
+    # The part of driver_delay_s that only the arm has (a trajectory controller's lookahead):
+    # the gripper column follows the plan that much later, so that both reach it together.
+    arm_only_delay_s: float = 0.0
     warmup_requests: int = 3
     request_timeout_s: float = 2.0
     # A chunk stamped further in the future than this is a clock mismatch, not a chunk.
@@ -38,5 +41,9 @@ class StreamerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {value}")
+        if not (math.isfinite(self.arm_only_delay_s)
+                and 0.0 <= self.arm_only_delay_s <= self.driver_delay_s):  # fmt: skip
+            raise ValueError(f"arm_only_delay_s must be in [0, driver_delay_s], "
+                             f"got {self.arm_only_delay_s}")  # fmt: skip
         if self.margin_steps < 0 or self.warmup_requests < 0:
             raise ValueError("margin_steps and warmup_requests must be >= 0")

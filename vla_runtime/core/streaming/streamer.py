@@ -154,6 +154,7 @@ class ActionStreamer:
         if plan is not None and tau_c <= plan.end_time:
             self._count_executed(plan, tau_previous, tau_c)
             reference, t_end = self._reference(plan, t_c, tau_c, scale)
+            reference = self._gripper_later(reference)
             self.state = self.tracker.track(self.state, reference, t_c - dt, dt, t_end)
             self._holding = False
         else:
@@ -181,6 +182,22 @@ class ActionStreamer:
         if previous is not None and not self._holding and steady:
             self._record_velocity_change(previous_velocity, dt, tau_c)
         return self._setpoint(t_c)
+
+    def _gripper_later(self, reference):
+        """`reference` with the gripper columns taken `arm_only_delay_s` earlier in the plan:
+        a command reaches the gripper that much sooner than the arm, and the two must reach
+        the plan together, as in the data the policy learnt from."""
+        lag, n = self.config.arm_only_delay_s, self.arm_dof
+        if lag == 0.0 or n == self.dof:
+            return reference
+
+        def sample(t):
+            p, v, a = reference(t)
+            gp, gv, ga = reference(t - lag)
+            return (np.concatenate([p[:n], gp[n:]]), np.concatenate([v[:n], gv[n:]]),
+                    np.concatenate([a[:n], ga[n:]]))  # fmt: skip
+
+        return sample
 
     @staticmethod
     def _reference(plan: Plan, t_c: float, tau_c: float, scale: float):
