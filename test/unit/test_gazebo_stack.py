@@ -1,6 +1,7 @@
 """config/stacks/gazebo.yaml resolves here and lines up with the MuJoCo sim stack: the same
-pipeline parameters as on its tracking servo, and every topic the pipeline uses is one Gazebo's side provides (the
-bridge's clock and cameras, the controllers' command topics, the joint state broadcaster).
+pipeline parameters as on its tracking servo, and every topic the pipeline uses is one Gazebo's
+side provides (the bridge's clock and cameras, the controllers' command topics, the joint state
+broadcaster).
 Running it needs gz and ros_gz (the Docker image: test/integration/test_launch_pytest.py)."""
 
 from __future__ import annotations
