@@ -9,7 +9,10 @@ import subprocess
 import sys
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
+
+from vla_runtime.data.rollout_trajectories import load_trajectories
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -21,7 +24,7 @@ def test_a_run_that_executed_no_chunk_exits_non_zero_with_the_reason(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "vla_runtime.cli", "eval", "--task", "reach", "--episodes", "1",
          "--out", str(out), "--set", "inference_delay:=2.0", "--json", "--no-progress",
-         "--report", str(tmp_path / "report")],
+         "--report", str(tmp_path / "report"), "--trajectories", str(tmp_path / "paths")],
         capture_output=True, text=True, timeout=580, env={**os.environ, "MUJOCO_GL": "egl"},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
@@ -40,6 +43,10 @@ def test_a_run_that_executed_no_chunk_exits_non_zero_with_the_reason(tmp_path):
         image = plt.imread(tmp_path / "report" / name)
         assert image.shape[0] > 200 and image.std() > 0.01, name
     assert json.loads((tmp_path / "report" / "summary.json").read_text())["episodes"] == 1
+    # The arm's path is kept for `collect --replay`: it held at home throughout.
+    (path,) = load_trajectories(tmp_path / "paths", "reach", "fr3")
+    assert path.seed == 90000 and not path.success and path.duration > 5.0
+    np.testing.assert_allclose(path.arm, np.tile(path.arm[0], (len(path.t), 1)), atol=1e-3)
 
 
 @pytest.mark.integration

@@ -36,7 +36,7 @@ from vla_runtime.data.expert_recording import (
     task_dataset_writer,
 )
 from vla_runtime.data.perception_collect import collect_with_perception
-from vla_runtime.data.recovery import collect_recovery
+from vla_runtime.data.recovery import collect_recovery, collect_replay_recovery
 from vla_runtime.engine.checkpoint import load_spec
 from vla_runtime.engine.policy import PolicyError
 from vla_runtime.sim.env import DEFAULT_IMAGE_SIZE, InProcessEnv
@@ -139,7 +139,7 @@ def collect_main(argv: list[str] | None = None) -> int:
         prog="vla-runtime collect", description="scripted-expert data collection (LeRobot v3)"
     )
     parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--episodes", type=int, required=True)
+    parser.add_argument("--episodes", type=int, help="required, except with --replay")
     parser.add_argument("--out", required=True, help="dataset directory (appended if it exists)")
     parser.add_argument("--seed", type=int, default=0, help="first episode seed (< 90000)")
     parser.add_argument(
@@ -157,9 +157,15 @@ def collect_main(argv: list[str] | None = None) -> int:
         "recovery branches (DAgger-style, in-process): run a policy, branch the expert off it"
     )
     recovery.add_argument("--recover-from", metavar="CKPT", help="policy checkpoint to roll out")
+    recovery.add_argument("--replay", metavar="DIR",
+                          help="instead, replay the product-path episodes of --task that `eval "
+                               "--trajectories DIR` kept and branch off them")  # fmt: skip
     recovery.add_argument("--branch-every", type=int, default=8, help="control steps")
     recovery.add_argument("--branch-steps", type=int, default=24, help="expert steps per branch")
     recovery.add_argument("--execute", type=int, default=2, help="policy actions per chunk")
+    recovery.add_argument("--delay-steps", type=int, default=0,
+                          help="each chunk runs this many control steps after its frame, as "
+                               "through the stack (see `eval --delay-steps`)")  # fmt: skip
     recovery.add_argument("--teacher", metavar="CKPT",
                           help="a policy checkpoint teaches the branches instead of the scripted "
                                "expert (same cameras and arm as --recover-from)")  # fmt: skip
@@ -189,6 +195,10 @@ def collect_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.episodes is None and not args.replay:
+        parser.error("--episodes is required")
+    if args.replay and args.episodes is not None:
+        parser.error("--replay replays each episode it finds: no --episodes")
     if args.real and args.sim:
         parser.error("--real and --sim: choose one")
     if args.arguments and not args.real:
@@ -196,8 +206,8 @@ def collect_main(argv: list[str] | None = None) -> int:
     if args.random_starts and not (args.perception or args.real):
         parser.error("--random-starts is for --perception and --real collection")
     if args.perception or args.real:
-        if args.recover_from:
-            parser.error("--perception and --recover-from do not combine")
+        if args.recover_from or args.replay:
+            parser.error("--perception and --recover-from / --replay do not combine")
         try:
             real = stack_arguments(args.arguments) if args.real else None
             summary = collect_with_perception(
@@ -216,8 +226,21 @@ def collect_main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             return 1
         return 0
-    if args.teacher and not args.recover_from:
-        parser.error("--teacher teaches the branches of --recover-from")
+    if args.teacher and not (args.recover_from or args.replay):
+        parser.error("--teacher teaches the branches of --recover-from or --replay")
+    if args.replay:
+        if args.recover_from:
+            parser.error("--replay and --recover-from: choose one")
+        try:
+            summary = collect_replay_recovery(
+                args.replay, args.task, args.out, args.robot or "fr3", args.image_size,
+                args.branch_every, args.branch_steps, args.execute, not args.no_progress,
+                args.servo_feedforward, args.teacher,
+            )  # fmt: skip
+        except (ValueError, OSError, PolicyError) as exc:
+            parser.error(str(exc))
+        print(json.dumps(summary, indent=None if args.json else 2))
+        return 130 if summary["interrupted"] else 0
     if args.recover_from:
         try:
             robot = load_spec(args.recover_from).robot or "fr3"
@@ -236,6 +259,7 @@ def collect_main(argv: list[str] | None = None) -> int:
                 args.recover_from, args.task, args.episodes, args.out, args.seed,
                 args.branch_every, args.branch_steps, args.execute, progress=not args.no_progress,
                 servo_feedforward=args.servo_feedforward, teacher=args.teacher,
+                delay_steps=args.delay_steps,
             )  # fmt: skip
         except ValueError as exc:
             parser.error(str(exc))

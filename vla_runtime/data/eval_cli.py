@@ -37,11 +37,20 @@ def build_parser() -> CommandParser:
     stack.add_argument("--report", metavar="DIR",
                        help="plots (latency, outcomes, joints) and an HTML page")  # fmt: skip
     stack.add_argument("--quiet", action="store_true", help="no per-episode lines")
+    stack.add_argument(
+        "--trajectories", metavar="DIR",
+        help="one file per episode of the arm's path, for `collect --replay`",
+    )  # fmt: skip
     lockstep = parser.add_argument_group("jtc / inprocess (ablations)")
     lockstep.add_argument("--execute", type=int, default=DEFAULT_EXECUTE, help="actions per chunk")
     lockstep.add_argument(
         "--realtime", action="store_true", help="jtc: real-time sim instead of lock-step"
     )
+    lockstep.add_argument(
+        "--delay-steps", type=int, default=0,
+        help="inprocess: each chunk runs this many control steps after its frame, the previous "
+        "one running on meanwhile, as the stack's inference and command delay make it run",
+    )  # fmt: skip
     parser.add_argument(
         "--noise-scale",
         type=float,

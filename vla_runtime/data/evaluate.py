@@ -38,6 +38,7 @@ from tqdm import tqdm
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_runtime.core import topics
+from vla_runtime.core.delayed_chunks import DelayedChunks
 from vla_runtime.core.gripper import max_opening
 from vla_runtime.core.paths import shipped_checkpoint
 from vla_runtime.core.policy_checkpoint import checkpoint_image_size
@@ -139,9 +140,10 @@ def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, fram
 def evaluate_in_process(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float | None = None,
-    servo_feedforward: bool = False,
+    servo_feedforward: bool = False, delay_steps: int = 0,
 ) -> dict:  # fmt: skip
-    """Development tool: no ROS, same loop as the stack path."""
+    """Development tool: no ROS, same loop as the stack path; `delay_steps`: each chunk runs
+    that many control steps after its frame, as in real time (core/delayed_chunks.py)."""
 
     policy = load_policy("torch", checkpoint, seed=0, noise_scale=noise_scale)
     size = policy.spec.cameras[0].height
@@ -149,6 +151,7 @@ def evaluate_in_process(
     env = InProcessEnv(task, size, cameras, robot=policy.spec.robot or "fr3",
                        servo_feedforward=servo_feedforward)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
+    schedule = DelayedChunks(execute, delay_steps)
     results = []
     try:
         for k in tqdm(range(episodes), desc=f"eval {task}", disable=not progress):
@@ -157,6 +160,7 @@ def evaluate_in_process(
             result = EpisodeResult(seed + k, False, None, 0)
             steps = 0
             history = FrameHistory(policy.spec)
+            schedule.restart()
             while steps < setup.max_steps and not result.success:
                 images = history.complete(frame.images, frame.time)
                 obs = Observation(images, frame.state, setup.instruction, frame.time)
@@ -164,8 +168,9 @@ def evaluate_in_process(
                 chunk = policy.infer(obs)
                 result.latencies_ms.append(1e3 * (time.perf_counter() - t0))
                 result.chunks += 1
-                rows = chunk_to_positions(chunk.actions[:execute], frame.state, policy.spec)
-                actions = clip_to_limits(rows, env.sim.robot)
+                rows = clip_to_limits(chunk_to_positions(chunk.actions, frame.state, policy.spec),
+                                      env.sim.robot)  # fmt: skip
+                actions = schedule.rows_to_run(rows, frame.state)
                 periods = (lambda a=a, h=history: h.recorded(env.step(a[:-1], float(a[-1])))
                            for a in actions)  # fmt: skip
                 try:
@@ -176,8 +181,8 @@ def evaluate_in_process(
             results.append(result)
     finally:
         env.close()
-    settings = {"via": "inprocess", "seed": seed, "execute": execute, "checkpoint": checkpoint,
-                "servo_feedforward": servo_feedforward}  # fmt: skip
+    settings = {"via": "inprocess", "seed": seed, "execute": execute, "delay_steps": delay_steps,
+                "checkpoint": checkpoint, "servo_feedforward": servo_feedforward}  # fmt: skip
     return summarise(task, results, {**settings, "noise_scale": policy.noise_scale})
 
 
@@ -319,6 +324,14 @@ def eval_main(argv: list[str] | None = None) -> int:
         parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc})")
     if args.robot and args.robot != robot:
         parser.error(f"--ckpt {args.ckpt} was trained for {robot}, not {args.robot}")
+    if args.delay_steps and args.via != "inprocess":
+        parser.error("--delay-steps: the in-process path's (--via inprocess)")
+    chunk_len = load_spec(args.ckpt).chunk_len
+    if args.via == "inprocess" and not (
+        0 <= args.delay_steps <= args.execute and args.execute + args.delay_steps <= chunk_len
+    ):
+        parser.error(f"--delay-steps must be in [0, --execute] and --execute + --delay-steps at "
+                     f"most the checkpoint's chunk length {chunk_len}")  # fmt: skip
     if args.seed < EVAL_SEED:
         print(f"warning: seeds below {EVAL_SEED} may have been used for training", file=sys.stderr)
     if args.via == "stack":
@@ -352,6 +365,7 @@ def eval_main(argv: list[str] | None = None) -> int:
                 args.task, args.episodes, args.seed, overrides, out, args.resume,
                 not args.no_progress, Path(args.plot) if args.plot else None, show,
                 Path(args.report) if args.report else None,
+                Path(args.trajectories) if args.trajectories else None,
             )  # fmt: skip
         except StackError as exc:
             print(f"vla-runtime eval: {exc}", file=sys.stderr)
@@ -365,12 +379,12 @@ def eval_main(argv: list[str] | None = None) -> int:
             print(f"vla-runtime eval: FAILED: {reason}", file=sys.stderr)
             return 1
         return 0
-    if args.report:
-        parser.error("--report: the plots are of the product path (--via stack)")
+    if args.report or args.trajectories:
+        parser.error("--report and --trajectories: of the product path (--via stack)")
     if args.via == "inprocess":
         summary = evaluate_in_process(
             args.ckpt, args.task, args.episodes, args.seed, args.execute, not args.no_progress,
-            args.noise_scale, args.servo_feedforward,
+            args.noise_scale, args.servo_feedforward, args.delay_steps,
         )  # fmt: skip
     else:
         summary = evaluate_stack(

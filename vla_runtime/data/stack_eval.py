@@ -38,6 +38,7 @@ from vla_runtime.core.rates import CONTROL_PERIOD_S
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.stats import compute_cost
 from vla_runtime.data.eval_report import write_eval_report
+from vla_runtime.data.rollout_trajectories import from_motion, save_trajectory
 from vla_runtime.data.stack_plot import plot_run
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
 from vla_runtime.ros.messages import to_seconds
@@ -268,6 +269,7 @@ class StackHarness:
         self.streamer_stats: list[tuple[float, dict]] = []
         self.scheduler_signals: list[tuple[float, dict]] = []
         self.motion: list[tuple[str, float, list]] = []  # ("state"|"command", t, arm)
+        self.gripper_commands: list[tuple[float, float]] = []  # (t, one finger's opening)
         self._last_state_t = -math.inf
         sub = self.node.create_subscription
         sub(Float64MultiArray, topics.SIM_SCENE_STATE, self._on_scene, qos_profile_sensor_data)
@@ -278,7 +280,9 @@ class StackHarness:
         sub(DiagnosticArray, topics.STREAMER_STATS, self._on_streamer_stats, 50)
         sub(DiagnosticArray, topics.SCHEDULER_SIGNALS, self._on_scheduler_signals, 50)
         if record_motion:
-            self._arm = list(stack_robot(stack).joints)
+            robot = stack_robot(stack)
+            self._arm = list(robot.joints)
+            self._gripper = robot.gripper_joints[0] if robot.gripper_joints else None
             sub(JointState, topics.JOINT_STATES, lambda m: self._on_motion("state", m), 50)
             sub(JointState, topics.COMMAND, lambda m: self._on_motion("command", m), 50)
 
@@ -321,6 +325,8 @@ class StackHarness:
         index = {n: i for i, n in enumerate(msg.name)}
         if all(j in index for j in self._arm):
             self.motion.append((kind, t, [msg.position[index[j]] for j in self._arm]))
+        if kind == "command" and self._gripper in index:
+            self.gripper_commands.append((t, msg.position[index[self._gripper]]))
 
     # -- control ---------------------------------------------------------------------------
     def dead_node(self) -> str | None:
@@ -334,7 +340,8 @@ class StackHarness:
         """Drop what the stack reported so far (between episodes: each episode's figures are
         taken from what arrives during it)."""
         for reports in (self.safety_events, self.driver_events, self.engine_stats,
-                        self.streamer_stats, self.scheduler_signals, self.motion):  # fmt: skip
+                        self.streamer_stats, self.scheduler_signals, self.motion,
+                        self.gripper_commands):  # fmt: skip
             reports.clear()
 
     def _tails(self) -> str:
@@ -593,10 +600,12 @@ def eval_stack(
     plot: Path | None = None,
     printer=None,
     report: Path | None = None,
+    trajectories: Path | None = None,
 ) -> dict:
     """Run `episodes` episodes (seeds seed, seed+1, ...) through the sim stack resolved with
     `overrides`; returns the summary. Episodes stream to `out` (JSONL); `report` receives the
-    plots and an HTML page (data/eval_report.py)."""
+    plots and an HTML page (data/eval_report.py); `trajectories` one file per episode of the
+    arm's path (data/rollout_trajectories.py)."""
 
     stack = resolve_stack("sim", {**overrides, "task": task, "policy": True})
     if report is not None and plot is None:
@@ -612,9 +621,20 @@ def eval_stack(
     harness = None
     motion, marks, events = [], [], []
 
-    def keep_for_the_plot(harness: StackHarness) -> None:
-        motion.extend(harness.motion)
-        events.extend(e for e in harness.safety_events if e.get("event") == "chunk")
+    robot = stack_robot(stack).name
+
+    def keep_for_the_plot(harness: StackHarness, mark=None) -> None:
+        """Keep what the plot and the trajectory files need of the episode just run (`mark`:
+        its (seed, record, start stamp), None when it did not run to its end)."""
+        if trajectories is not None and mark is not None:
+            seed_run, record_run, start = mark
+            trajectory = from_motion(task, seed_run, robot, record_run.success, start,
+                                     harness.motion, harness.gripper_commands)  # fmt: skip
+            if trajectory is not None:
+                save_trajectory(trajectories, trajectory)
+        if plot is not None:
+            motion.extend(harness.motion)
+            events.extend(e for e in harness.safety_events if e.get("event") == "chunk")
         harness.forget_reports()
 
     bar = tqdm(total=episodes, initial=len(records), desc=f"eval {task}", disable=not progress)
@@ -622,7 +642,8 @@ def eval_stack(
         for s in seeds:
             try:
                 if harness is None:
-                    harness = StackHarness(stack, record_motion=plot is not None)
+                    harness = StackHarness(stack, record_motion=plot is not None
+                                           or trajectories is not None)  # fmt: skip
                     harness.warm_up(task)
                 record = run_episode(harness, task, s)
             except (StackDied, StackStalled) as exc:
@@ -633,7 +654,7 @@ def eval_stack(
                 harness = None  # restarted for the next episode
             else:
                 marks.append((s, record, harness.episodes[-1]["stamp"]))
-                keep_for_the_plot(harness)
+                keep_for_the_plot(harness, marks[-1])
             records.append(record)
             if out is not None:
                 with out.open("a") as f:
