@@ -13,6 +13,10 @@ in success, and training skips failed episodes otherwise).
 A policy can teach in the expert's place (`teacher`): the branches then show what a stronger
 checkpoint does from the states the rolled-out one visits, which distils a behaviour the
 scripted expert's demonstrations did not carry over (DAgger with a learned expert).
+
+The rollout can also be a product-path episode replayed (`collect_replay_recovery`): the arm
+follows the path it took through the stack in real time, so the branches start from the states
+the policy reaches there, which its lock-step rollouts need not visit.
 """
 
 from __future__ import annotations
