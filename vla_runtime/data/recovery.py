@@ -207,6 +207,23 @@ def _roll_and_branch(
     return succeeded
 
 
+def _branch_off_rollouts(env: InProcessEnv, reader: SceneReader, writer, rollouts,
+                         branch_every: int, branch_steps: int, teacher,
+                         tally: _Tally) -> tuple[bool, list[bool]]:  # fmt: skip
+    """`_roll_and_branch` for each (seed, actor) of `rollouts`, then close `env`; whether Ctrl-C
+    interrupted them, and whether each rollout run solved the task."""
+    solved = []
+    try:
+        for seed, actor in rollouts:
+            solved.append(_roll_and_branch(env, reader, writer, actor, seed, branch_every,
+                                           branch_steps, teacher, tally))  # fmt: skip
+    except KeyboardInterrupt:
+        return True, solved
+    finally:
+        env.close()
+    return False, solved
+
+
 def collect_recovery(
     checkpoint: str, task: str, episodes: int, out: str | Path, seed: int = 0,
     branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
@@ -232,15 +249,11 @@ def collect_recovery(
     taught_by = None if teacher_policy is None else PolicyActor(
         teacher_policy, env.sim.robot, execute, delay_steps)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
-    tally, interrupted, started = _Tally(), False, time.perf_counter()
-    try:
-        for k in tqdm(range(episodes), desc=f"recovery {task}", disable=not progress):
-            _roll_and_branch(env, reader, writer, student, seed + k, branch_every, branch_steps,
-                             taught_by, tally)  # fmt: skip
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        env.close()
+    tally, started = _Tally(), time.perf_counter()
+    rollouts = tqdm([(seed + k, student) for k in range(episodes)], desc=f"recovery {task}",
+                    disable=not progress)  # fmt: skip
+    interrupted, _ = _branch_off_rollouts(env, reader, writer, rollouts, branch_every,
+                                          branch_steps, taught_by, tally)  # fmt: skip
     return {
         "task": task, "interrupted": interrupted, **tally.summary(),
         "policy_success_rate": tally.successes / max(tally.done, 1),
@@ -274,18 +287,12 @@ def collect_replay_recovery(
     taught_by = None if teacher_policy is None else PolicyActor(
         teacher_policy, env.sim.robot, execute)  # fmt: skip
     reader = SceneReader(env.model, scene_colours())
-    tally, interrupted, started = _Tally(), False, time.perf_counter()
-    same_outcome = 0
-    try:
-        for trajectory in tqdm(trajectories, desc=f"replay {task}", disable=not progress):
-            solved = _roll_and_branch(env, reader, writer, ReplayActor(trajectory, env.sim.robot),
-                                      trajectory.seed, branch_every, branch_steps, taught_by,
-                                      tally)  # fmt: skip
-            same_outcome += solved == trajectory.success
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        env.close()
+    tally, started = _Tally(), time.perf_counter()
+    rollouts = tqdm([(r.seed, ReplayActor(r, env.sim.robot)) for r in trajectories],
+                    desc=f"replay {task}", disable=not progress)  # fmt: skip
+    interrupted, solved = _branch_off_rollouts(env, reader, writer, rollouts, branch_every,
+                                               branch_steps, taught_by, tally)  # fmt: skip
+    same_outcome = sum(s == r.success for s, r in zip(solved, trajectories, strict=False))
     return {
         "task": task, "interrupted": interrupted, **tally.summary(),
         "recorded_success_rate": sum(r.success for r in trajectories) / len(trajectories),
