@@ -191,10 +191,12 @@ def test_episode_messages_give_their_start_or_none():
 def test_the_plot_keeps_50_hz_of_joint_states_between_100_hz_commands():
     harness = StackHarness.__new__(StackHarness)  # the recording part only, no processes
     harness.motion, harness._last_state_t, harness._arm = [], -np.inf, ["j1"]
+    harness.gripper_commands, harness._gripper = [], "finger"
 
     def message(t: float) -> SimpleNamespace:
         stamp = SimpleNamespace(sec=int(t), nanosec=round((t % 1) * 1e9))
-        return SimpleNamespace(header=SimpleNamespace(stamp=stamp), name=["j1"], position=[t])
+        return SimpleNamespace(header=SimpleNamespace(stamp=stamp), name=["j1", "finger"],
+                               position=[t, 0.04 - t / 100])  # fmt: skip
 
     for k in range(100):  # 1 s: states at 1 kHz, commands at 100 Hz
         harness._on_motion("state", message(k * 0.01 + 0.001))
@@ -204,6 +206,10 @@ def test_the_plot_keeps_50_hz_of_joint_states_between_100_hz_commands():
     kinds = [kind for kind, _, _ in harness.motion]
     assert kinds.count("command") == 100
     assert 45 <= kinds.count("state") <= 51
+    # The gripper column of every command is kept too (for `eval --trajectories`), no state's.
+    assert len(harness.gripper_commands) == 100
+    t, opening = harness.gripper_commands[-1]
+    assert t == pytest.approx(0.995) and opening == pytest.approx(0.04 - 0.00995)
 
 
 def test_the_closest_approach_is_kept_whole_from_one_moment():
