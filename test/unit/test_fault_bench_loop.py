@@ -1,5 +1,5 @@
 """The fault bench's loop is the robot's sim stack: on the tracking servo its streamer leads as
-`vla-runtime launch sim servo_feedforward:=true` does."""
+`vla-runtime launch sim|ur servo_feedforward:=true` does."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ def test_the_fr3_loop_leads_its_commands_as_the_sim_stack_on_that_servo(
     assert nodes["streamer"]["lead_trajectory_lookahead"] is lead
 
 
-def test_the_ur5e_loop_sets_its_simulated_servo_on_the_driver():
-    nodes = {n.name: n.parameters for n in bench_nodes(settings("ur5e", True), "x")}
-    assert nodes["sim_driver"]["servo_feedforward"] is True
+@pytest.mark.parametrize(("servo_feedforward", "delay"), [(True, 0.026), (False, 0.0)])
+def test_the_ur5e_loop_leads_by_the_calibrated_delay_on_the_tracking_servo_only(
+    servo_feedforward, delay
+):
+    nodes = {n.name: n.parameters for n in bench_nodes(settings("ur5e", servo_feedforward), "x")}
+    assert nodes["sim_driver"]["servo_feedforward"] is servo_feedforward
+    assert nodes["streamer"]["driver_delay_s"] == delay
+    # A UR controller reaches each one-point trajectory its lookahead later, real or simulated.
+    assert nodes["streamer"]["lead_trajectory_lookahead"] is True

@@ -29,6 +29,7 @@ def test_checkpoint_less_policy_is_refused_on_a_real_arm(capsys):
         (["franka", "arm_prefix:=left-arm"], "arm_prefix must be a ROS name fragment"),
         (["franka", "namespace:=2arms"], "is no ROS namespace"),
         (["ur", "mock_sensor_commands:=true"], "only with mock hardware"),
+        (["ur", "servo_feedforward:=true"], "sets the simulated arm's servo"),
         (
             ["ur", "initial_joint_controller:=forward_velocity_controller"],
             "streams joint positions",

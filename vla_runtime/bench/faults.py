@@ -85,7 +85,7 @@ from vla_runtime.nodes.safety import SafetyParams
 from vla_runtime.ros.messages import arm_command_msg, chunk_from_msg, to_seconds
 from vla_runtime.ros.parameters import defaults
 from vla_runtime.stack.isolation import claim_domain
-from vla_runtime.stack.resolver import NodeSpec, load_stack_file, resolve_stack
+from vla_runtime.stack.resolver import NodeSpec, resolve_stack
 from vla_runtime.stack.supervisor import Supervisor, node_env
 from vla_runtime.testing.fault_injector import FAULT_EVENTS, RAW_CHUNK, raw_camera_image
 from vla_runtime.testing.fault_publisher import FaultPublisher
@@ -148,13 +148,12 @@ def bench_nodes(settings: dict, endpoint: str) -> list[NodeSpec]:
     `endpoint` and the fault injector in front of the safety node (chunks, commands, joint
     states) and the engine (images)."""
     stack_name, arguments = ROBOTS[settings["robot"]]
-    if "servo_feedforward" in (load_stack_file(stack_name)[1].get("arguments") or {}):
-        # The stack's own servo setting, so that the streamer leads as that stack does.
-        arguments = {**arguments, "servo_feedforward": settings["servo_feedforward"]}
     stack = resolve_stack(
         stack_name,
         {
             **arguments,
+            # The stack's own servo setting, so that the streamer leads as that stack does.
+            "servo_feedforward": settings["servo_feedforward"],
             "policy": True,
             "backend": "remote",
             "image_size": settings["image_size"],
@@ -179,8 +178,6 @@ def bench_nodes(settings: dict, endpoint: str) -> list[NodeSpec]:
             remaps[topics.JOINT_STATES] = SAFETY_STATES
         elif spec.name == "streamer":
             remaps[topics.COMMAND] = RAW_COMMAND
-        elif spec.name == DRIVER:
-            params["servo_feedforward"] = settings["servo_feedforward"]
         # Every node at the default priority, as the bench's published figures were measured.
         spec = replace(spec, parameters=params, remappings=tuple(remaps.items()), nice=0)
         nodes.append(spec)

@@ -319,14 +319,15 @@ def eval_main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(args.ckpt):
         parser.error(f"--ckpt {args.ckpt}: no such checkpoint directory")
     try:
-        robot = load_spec(args.ckpt).robot or "fr3"  # older checkpoints: FR3 only
+        spec = load_spec(args.ckpt)
     except PolicyError as exc:
         parser.error(f"--ckpt {args.ckpt}: not a usable checkpoint ({exc})")
+    robot = spec.robot or "fr3"  # older checkpoints: FR3 only
     if args.robot and args.robot != robot:
         parser.error(f"--ckpt {args.ckpt} was trained for {robot}, not {args.robot}")
     if args.delay_steps and args.via != "inprocess":
         parser.error("--delay-steps: the in-process path's (--via inprocess)")
-    chunk_len = load_spec(args.ckpt).chunk_len
+    chunk_len = spec.chunk_len
     if args.via == "inprocess" and not (
         0 <= args.delay_steps <= args.execute and args.execute + args.delay_steps <= chunk_len
     ):

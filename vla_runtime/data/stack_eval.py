@@ -623,7 +623,7 @@ def eval_stack(
 
     robot = stack_robot(stack).name
 
-    def keep_for_the_plot(harness: StackHarness, mark=None) -> None:
+    def keep_episode_motion(harness: StackHarness, mark=None) -> None:
         """Keep what the plot and the trajectory files need of the episode just run (`mark`:
         its (seed, record, start stamp), None when it did not run to its end)."""
         if trajectories is not None and mark is not None:
@@ -649,12 +649,12 @@ def eval_stack(
             except (StackDied, StackStalled) as exc:
                 outcome = "stack_died" if isinstance(exc, StackDied) else "stalled"
                 record = EpisodeRecord(s, outcome, False, None, 0.0, 0.0, reason=str(exc))
-                keep_for_the_plot(harness)
+                keep_episode_motion(harness)
                 harness.close()
                 harness = None  # restarted for the next episode
             else:
                 marks.append((s, record, harness.episodes[-1]["stamp"]))
-                keep_for_the_plot(harness, marks[-1])
+                keep_episode_motion(harness, marks[-1])
             records.append(record)
             if out is not None:
                 with out.open("a") as f:
