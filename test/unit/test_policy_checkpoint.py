@@ -33,6 +33,22 @@ def test_a_simulated_arm_runs_its_shipped_policy_at_the_policy_image_size(stack,
     assert any("checkpoint:=" in note and "shipped" in note for note in resolved.notes)
 
 
+@pytest.mark.parametrize(
+    "stack, args, robot",
+    [("sim", {"servo_feedforward": True}, "fr3"),
+     ("sim", {"robot": "ur5e", "servo_feedforward": True}, "ur5e"),
+     ("ur", {"use_sim": True, "servo_feedforward": True}, "ur5e"), ("gazebo", {}, "fr3")],
+)  # fmt: skip
+def test_a_simulated_arm_whose_servo_tracks_runs_the_policy_trained_for_that_servo(
+    stack, args, robot
+):
+    engine = node(resolve_stack(stack, {"policy": True, **args}), "engine").parameters
+    tracking = shipped_checkpoint(robot, servo_feedforward=True)
+    assert engine["checkpoint"] == str(tracking) != str(shipped_checkpoint(robot))
+    spec = json.loads((tracking / "spec.json").read_text())["spec"]
+    assert spec["robot"] == robot and checkpoint_image_size(tracking) == 96
+
+
 def test_what_is_given_is_kept_and_a_real_arm_gets_no_policy_by_default(tmp_path):
     given = resolve_stack("sim", {"policy": True, "image_size": 224})
     assert node(given, "scene_camera").parameters["width"] == 224

@@ -33,8 +33,9 @@ def config_dir() -> Path:
     return share_dir() / "config"
 
 
-def shipped_checkpoint(robot: str = "fr3") -> Path:
-    """The trained tiny policy for `robot` that ships with the package (checkpoints/
-    vla_tiny_sim for the FR3, vla_tiny_sim_<robot> for the others)."""
+def shipped_checkpoint(robot: str = "fr3", servo_feedforward: bool = False) -> Path:
+    """The trained tiny policy for `robot` and its simulated servo that ships with the package
+    (checkpoints/vla_tiny_sim for the FR3, vla_tiny_sim_<robot> for the others; + `_tracking`
+    for the servo fed forward: a policy trained on one servo loses success on the other)."""
     name = "vla_tiny_sim" if robot == "fr3" else f"vla_tiny_sim_{robot}"
-    return share_dir() / "checkpoints" / name
+    return share_dir() / "checkpoints" / (f"{name}_tracking" if servo_feedforward else name)

@@ -17,7 +17,8 @@ DEFAULT_EXECUTE = 8  # actions of each 16-action chunk executed before the next 
 
 def build_parser() -> CommandParser:
     parser = CommandParser(prog="vla-runtime eval", description=help_summary(__doc__))
-    parser.add_argument("--ckpt", help="checkpoint directory (default: the robot's shipped one)")
+    parser.add_argument("--ckpt", help="checkpoint directory (default: the one shipped for the "
+                        "robot and its servo)")  # fmt: skip
     parser.add_argument("--robot", choices=SIMULATED_ROBOTS,
                         help="the simulated arm (default: the checkpoint's)")  # fmt: skip
     parser.add_argument("--task", required=True, choices=TASKS)

@@ -315,7 +315,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
-    args.ckpt = args.ckpt or str(shipped_checkpoint(args.robot or "fr3"))
+    args.ckpt = args.ckpt or str(shipped_checkpoint(args.robot or "fr3", args.servo_feedforward))
     if not os.path.isdir(args.ckpt):
         parser.error(f"--ckpt {args.ckpt}: no such checkpoint directory")
     try:
