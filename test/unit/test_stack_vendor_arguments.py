@@ -152,6 +152,20 @@ def test_ur_mock_hardware_is_the_simulated_ur5e():
     assert any("mock_sensor_commands changes nothing" in note for note in noted.notes)
 
 
+def test_the_simulated_ur5e_runs_at_the_sim_stacks_control_rate_and_a_real_one_at_250_hz():
+    def rates(**arguments):
+        stack = resolve_stack("ur", {"policy": True, **arguments})
+        nodes = {n.name: n.parameters for n in stack.nodes}
+        return nodes["safety"]["control_rate_hz"], nodes["streamer"]["control_rate_hz"], nodes
+
+    gate, streamer, nodes = rates(use_sim=True)
+    assert gate == streamer == 100.0  # as config/stacks/sim.yaml, on a host the sim shares
+    assert nodes["sim_driver"]["clock_rate_hz"] == nodes["sim_driver"]["state_rate_hz"] == 100.0
+    assert rates()[:2] == (250.0, 250.0)
+    gate, _, nodes = rates(use_sim=True, control_rate_hz=250.0)
+    assert gate == nodes["sim_driver"]["clock_rate_hz"] == 250.0
+
+
 @pytest.mark.parametrize(
     "controller, interface, trajectory_topic",
     [
