@@ -1,5 +1,5 @@
-"""The direct Franka driver's streaming: its settings, which ticks send a target, the wall-time
-schedule, and the figures it reports."""
+"""The direct Franka driver's streaming: its settings, which ticks send a target (on the robot's
+clock), the wall-time schedule of state reads, and the figures it reports."""
 
 import re
 
@@ -10,11 +10,9 @@ from vla_runtime.core.franky_stream import StreamConfig, StreamStats, TargetStre
 from vla_runtime.core.stats import Reservoir
 
 
-def test_default_settings_send_every_fifth_state_tick():
+def test_default_settings_stream_50_targets_a_second_among_250_state_reads():
     config = StreamConfig().validated()
     assert (config.stream_rate_hz, config.state_rate_hz) == (50.0, 250.0)
-    assert config.ticks_per_target == 5
-    assert StreamConfig(stream_rate_hz=300.0, state_rate_hz=1000.0).ticks_per_target == 3
 
 
 @pytest.mark.parametrize(
@@ -38,13 +36,31 @@ def test_settings_out_of_range_are_refused_with_the_reason(config, problem):
         config.validated()
 
 
-def test_every_nth_tick_sends_and_the_period_between_them_is_measured():
+def test_targets_go_out_once_per_period_and_the_period_between_them_is_measured():
     periods = Reservoir()
     ticks = TargetStream(StreamConfig(stream_rate_hz=100.0, state_rate_hz=400.0), periods)
     sends = [ticks.tick(t) for t in (0.0, 0.0025, 0.005, 0.0075, 0.0104, 0.0125, 0.015, 0.0175,
                                      0.0199)]  # fmt: skip
     assert sends == [True, False, False, False, True, False, False, False, True]
     assert periods.samples == pytest.approx([0.0104, 0.0095])
+
+
+def test_targets_are_paced_by_the_robots_clock_when_it_runs_slower_than_wall_time():
+    """franky-sim at a third of real time: three seconds of wall time, 750 state reads, see one
+    second of the robot's clock pass (on /clock's 10 ms grid): 50 targets at 50 Hz, not 150."""
+    periods = Reservoir()
+    ticks = TargetStream(StreamConfig(stream_rate_hz=50.0, state_rate_hz=250.0), periods)
+    walls = np.arange(750) / 250.0
+    sends = [ticks.tick(w, np.floor(w / 3.0 * 100.0) / 100.0) for w in walls]
+    assert sum(sends) == 50
+    assert np.allclose(periods.samples, 0.02)
+
+
+def test_a_clock_that_steps_back_restarts_the_schedule_at_once():
+    ticks = TargetStream(StreamConfig(stream_rate_hz=50.0, state_rate_hz=250.0), Reservoir())
+    assert ticks.tick(0.0, 5.0) and not ticks.tick(0.004, 5.004)
+    assert ticks.tick(0.008, 0.0)  # the simulator restarted: no wait for 5.02 s to come again
+    assert not ticks.tick(0.012, 0.004) and ticks.tick(0.028, 0.02)
 
 
 def test_the_schedule_waits_out_the_period_and_starts_afresh_after_an_overrun():

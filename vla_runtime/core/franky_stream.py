@@ -1,13 +1,14 @@
 """How the direct Franka driver streams targets to franky, as pure logic (no ROS, no franky).
 
 Every new target is a libfranka Move command (a TCP round trip and a re-plan), so the driver
-reads and publishes the state at `state_rate_hz` and hands franky a target only on every
-`ticks_per_target`-th of those ticks (`stream_rate_hz`), and only when it differs from the last
-one sent. `StreamStats` keeps the figures the driver reports on /vla/driver/stats.
+reads and publishes the state at `state_rate_hz` and hands franky a target only at
+`stream_rate_hz` of the robot's clock, and only when it differs from the last one sent.
+`StreamStats` keeps the figures the driver reports on /vla/driver/stats.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,36 +49,42 @@ class StreamConfig:
             raise ValueError(problem)
         return self
 
-    @property
-    def ticks_per_target(self) -> int:
-        return max(1, round(self.state_rate_hz / self.stream_rate_hz))
-
 
 class TargetStream:
     """The streaming thread's ticks, one per state read at the config's `state_rate_hz` of wall
-    time (after an overrun a fresh schedule starts instead of a burst); every
-    `ticks_per_target`-th (the first included) also hands franky the target, if it is new. The
-    wall time between those target ticks goes to `periods`."""
+    time (after an overrun a fresh schedule starts instead of a burst). A tick also hands franky
+    the target, if it is new, once per `stream_rate_hz` period of the robot's clock: the node's,
+    which in a dry run is the simulator's time. franky-sim runs slower than wall time on a busy
+    host, and every target restarts franky's motion from the commanded state, so targets paced
+    by wall time would reach that arm several times per period and hold it back. The clock's
+    time between targets goes to `periods`."""
 
     def __init__(self, config: StreamConfig, periods: Reservoir):
-        self.period_s, self._every = 1.0 / config.state_rate_hz, config.ticks_per_target
+        self.period_s = 1.0 / config.state_rate_hz
+        self.target_period_s = 1.0 / config.stream_rate_hz
         self._periods = periods
-        self._ticks = 0
         self._next_tick: float | None = None
-        self._last_target_tick: float | None = None
+        self._next_target = -math.inf
+        self._last_target: float | None = None
         self._last_sent: np.ndarray | None = None
 
-    def tick(self, now: float) -> bool:
-        """A tick at `now` (s): whether it hands franky a target."""
+    def tick(self, now: float, clock: float | None = None) -> bool:
+        """A tick at wall time `now` (s), the robot's clock reading `clock` (default `now`):
+        whether it hands franky a target."""
+        clock = now if clock is None else clock
         if self._next_tick is None:
             self._next_tick = now
-        send = self._ticks % self._every == 0
-        self._ticks += 1
-        if send:
-            if self._last_target_tick is not None:
-                self._periods.add(now - self._last_target_tick)
-            self._last_target_tick = now
-        return send
+        last = self._last_target
+        stepped_back = last is not None and clock < last  # a restarted clock restarts the grid
+        if not stepped_back and clock < self._next_target - self.period_s / 2:
+            return False
+        if last is not None and not stepped_back:
+            self._periods.add(clock - last)
+        grid = clock if last is None or stepped_back else self._next_target
+        # Due within half a state tick of the grid; after an overrun a fresh grid starts.
+        self._last_target = clock
+        self._next_target = max(grid + self.target_period_s, clock + self.period_s)
+        return True
 
     def wait_s(self, now: float) -> float:
         """After a tick, at `now`: how long to wait for the next one (0: it is due)."""
@@ -104,7 +111,7 @@ def _milliseconds(summary: dict) -> dict:
 
 
 class StreamStats:
-    """libfranka errors by kind, the wall period between targets, how long a move call takes,
+    """libfranka errors by kind, the period between targets, how long a move call takes,
     and the tracking error while the arm is meant to follow its setpoint."""
 
     def __init__(self, stream_rate_hz: float):

@@ -5,7 +5,8 @@ cannot tell them apart: JTC `/<trajectory_controller>/joint_trajectory`, forward
 `/<forward_controller>/commands`, gripper `/<gripper_controller>/commands` (width in m), and
 publishes `/joint_states` (arm + both fingers), `/vla/driver/events`, `/vla/driver/stats`.
 
-A streaming thread samples the commanded motion `lookahead_s` ahead at `stream_rate_hz` and hands
+A streaming thread samples the commanded motion `lookahead_s` ahead at `stream_rate_hz` of the
+node's clock (sim time in a dry run on franky-sim, which may run slower than wall time) and hands
 each target (position + velocity) to franky as an asynchronous JointMotion (core/franky_stream.py).
 franky re-plans from the robot's current commanded state with Ruckig inside libfranka's 1 kHz
 loop, within the robot's velocity/acceleration/jerk limits, so replacing the target never makes
@@ -169,7 +170,7 @@ class FrankyDriverNode(CommandTopics, RuntimeNode):
     # -- streaming thread --------------------------------------------------------------------
     def _stream_loop(self) -> None:
         while self._running:
-            send = self._targets.tick(time.perf_counter())
+            send = self._targets.tick(time.perf_counter(), self.now_s())
             try:
                 self._stream_once(send)
             except Exception as exc:  # libfranka reports failed motions on the next call
