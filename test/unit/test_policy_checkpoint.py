@@ -42,11 +42,14 @@ def test_a_simulated_arm_runs_its_shipped_policy_at_the_policy_image_size(stack,
 def test_a_simulated_arm_whose_servo_tracks_runs_the_policy_trained_for_that_servo(
     stack, args, robot
 ):
-    engine = node(resolve_stack(stack, {"policy": True, **args}), "engine").parameters
+    resolved = resolve_stack(stack, {"policy": True, **args})
+    engine = node(resolved, "engine").parameters
     tracking = shipped_checkpoint(robot, servo_feedforward=True)
     assert engine["checkpoint"] == str(tracking) != str(shipped_checkpoint(robot))
     spec = json.loads((tracking / "spec.json").read_text())["spec"]
     assert spec["robot"] == robot and checkpoint_image_size(tracking) == 96
+    # What the Gazebo launch sizes its cameras by.
+    assert resolved.values["checkpoint"] == str(tracking) and resolved.values["image_size"] == 96
 
 
 def test_what_is_given_is_kept_and_a_real_arm_gets_no_policy_by_default(tmp_path):

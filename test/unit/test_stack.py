@@ -1,8 +1,11 @@
+from pathlib import Path
+
 import pytest
 import yaml
 
 from vla_runtime.core import topics
 from vla_runtime.core.robot import load_robot
+from vla_runtime.data.calibrate import SIM_OUT
 from vla_runtime.stack.resolver import (
     StackError,
     available_stacks,
@@ -69,7 +72,9 @@ def test_the_sim_streamer_leads_by_the_delay_to_the_arm_on_the_tracking_servo_on
         return next(n for n in stack.nodes if n.name == "streamer").parameters
 
     tracking = streamer(servo_feedforward=True)
-    assert tracking["driver_delay_s"] == 0.026  # calibration/sim/latency.yaml
+    calibrated = yaml.safe_load((Path(__file__).parents[2] / SIM_OUT / "latency.yaml").read_text())
+    measured = calibrated["command_to_motion"]["median_s"]
+    assert tracking["driver_delay_s"] == pytest.approx(measured, abs=0.001)
     assert tracking["lead_trajectory_lookahead"] is True
     assert tracking["command_interface"] == "trajectory"
     assert tracking["trajectory_lookahead"] == 6.0

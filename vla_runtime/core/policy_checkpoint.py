@@ -39,7 +39,7 @@ def policy_arguments(args: dict[str, Any], given: set[str], simulated: bool) -> 
     decided = {}
     checkpoint = args.get("checkpoint", "")
     if not checkpoint and simulated and "checkpoint" not in given:
-        tracking = str(args.get("servo_feedforward", False)).lower() == "true"
+        tracking = bool(args.get("servo_feedforward", False))
         shipped = shipped_checkpoint(str(args.get("robot", "fr3")), tracking)
         if (shipped / "spec.json").is_file():
             checkpoint = decided["checkpoint"] = str(shipped)

@@ -76,6 +76,7 @@ from vla_runtime.data.stack_eval import StackDied, StackHarness, StackStalled
 from vla_runtime.drivers.cameras import resize_frame
 from vla_runtime.ros.messages import image_from_msg, joint_state_values, to_seconds
 from vla_runtime.ros.node import RuntimeNode
+from vla_runtime.ros.qos import SCENE_STATE_HISTORY
 from vla_runtime.ros.qos import latched as latched_qos
 from vla_runtime.sim.tasks import (
     CONTROL_DT,
@@ -93,6 +94,7 @@ PERCEPTION_SIZE = 224
 PERCEPTION_FPS = 10.0
 PERCEPTION_TASKS = ("reach", "push", "pick")
 LATCH_REASON_S = 1.0  # wall s to wait for the report of why the gate latched
+REFEREE_WAIT_S = 10.0  # wall s for the simulator states that the referee judges by
 STARTUP_S = 180.0  # wall s for the stack's first perceived scene (a busy host starts slowly)
 SUCCESS_FRAMES = 3  # consecutive confident success judgements end an episode
 CONFIDENT = 0.9
@@ -343,25 +345,35 @@ class PhysicsReferee:
     by the collector; on a real arm it hears nothing and measures nothing."""
 
     def __init__(self, harness: StackHarness, task: str):
+        self.harness = harness
         self.reader = harness.reader(task)
         self.states = StampedLog()
         harness.node.create_subscription(Float64MultiArray, topics.SIM_SCENE_STATE,
-                                         self._on_state, qos_profile_sensor_data)  # fmt: skip
+                                         self._on_state, SCENE_STATE_HISTORY)  # fmt: skip
 
     def _on_state(self, msg: Float64MultiArray) -> None:
         values = np.asarray(msg.data)
         if values.size > 1:
             self.states.add(float(values[0]), values[1:])
 
+    def _catch_up(self, stamp: float) -> None:
+        """Take the states up to `stamp` first: on a busy host they queue behind the cameras'
+        frames. Without a simulator there is nothing to wait for."""
+        if self.states.newest > -math.inf:
+            self.harness.spin_until(lambda: self.states.newest >= stamp, REFEREE_WAIT_S,
+                                    "simulator state to referee with")  # fmt: skip
+
     def snapshot(self, stamp: float):
         """The scene at the newest state at or before `stamp`."""
         if not math.isfinite(stamp):
             return None
+        self._catch_up(stamp)
         found = self.states.between(stamp - 0.1, stamp)
         return self.reader.snapshot(found[-1][1]) if found else None
 
     def succeeded(self, task: str, target: str, start: float, end: float) -> bool | None:
         """Whether the physics saw success in [start, end]; None without a simulator."""
+        self._catch_up(end)
         states = self.states.between(start, end)
         if not states:
             return None

@@ -22,6 +22,9 @@ STATIC_TRANSFORM_LISTENER = latched(100)
 # The sim scene's state: a stream where only the newest message matters (its subscribers').
 SCENE_STATE = QoSProfile(depth=2, reliability=ReliabilityPolicy.BEST_EFFORT)
 SCENE_STATE_PUBLISHER = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+# ...and for a subscriber that judges by the states around a past stamp: 4 s of them at 50 Hz wait
+# in DDS's cache while its busy process is not spinning.
+SCENE_STATE_HISTORY = QoSProfile(depth=200, reliability=ReliabilityPolicy.BEST_EFFORT)
 
 # A stream whose publisher's death must show within tens of milliseconds: DDS asserts the
 # publisher's liveliness from its own threads (a busy Python process does not miss it), and a

@@ -21,7 +21,6 @@ from launch.event_handlers import OnProcessExit
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch_ros.actions import Node
 
-from vla_runtime.core.policy_checkpoint import policy_arguments
 from vla_runtime.core.robot import load_robot
 from vla_runtime.sim.description import WORLD_NAME, write_gazebo_files
 from vla_runtime.sim.workcell import SceneConfig
@@ -42,14 +41,15 @@ def gazebo_launch_description() -> LaunchDescription:
         }
         policy = parse_bool(values["policy"], "policy")
         # Resolving refuses a robot without a description before gz starts.
-        resolve_stack(STACK, {**given, "policy": True})
-        # The gz cameras render at the size the stack's policy takes (its checkpoint's).
-        decided = policy_arguments({**values, "policy": policy}, set(given), simulated=True)
+        stack = resolve_stack(STACK, {**given, "policy": True})
+        # The gz cameras render at the size the stack's policy takes (its checkpoint's, the one
+        # for the tracking servo the stack's variables name).
+        image_size = stack.values["image_size"] if policy else values["image_size"]
         gazebo = gazebo_actions(
             robot=str(values["robot"]),
             seed=int(values["seed"]),
             n_cubes=int(values["n_cubes"]),
-            image_size=int(decided.get("image_size", values["image_size"])),
+            image_size=int(image_size),
             camera_fps=float(values["camera_fps"]),
             command_interface=str(values["command_interface"]),
             gui=parse_bool(values["gui"], "gui"),

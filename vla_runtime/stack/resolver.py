@@ -88,6 +88,8 @@ class Stack:
     report_topics: tuple[str, ...]
     use_sim_time: bool
     notes: tuple[str, ...] = ()  # lines to show the user at start (not errors)
+    # Every argument's and variable's value, the checkpoint's decisions included.
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_bool(value: Any, what: str = "value") -> bool:
@@ -407,6 +409,7 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         report_topics=tuple(topics),
         use_sim_time=use_sim_time,
         notes=notes,
+        values=dict(args),
     )
 
 
