@@ -61,6 +61,8 @@ def test_a_clock_that_steps_back_restarts_the_schedule_at_once():
     assert ticks.tick(0.0, 5.0) and not ticks.tick(0.004, 5.004)
     assert ticks.tick(0.008, 0.0)  # the simulator restarted: no wait for 5.02 s to come again
     assert not ticks.tick(0.012, 0.004) and ticks.tick(0.028, 0.02)
+    assert ticks.tick(0.1, 0.1)  # overran by three periods: one target now, a fresh grid
+    assert not ticks.tick(0.104, 0.104) and ticks.tick(0.12, 0.12)
 
 
 def test_the_schedule_waits_out_the_period_and_starts_afresh_after_an_overrun():

@@ -80,10 +80,12 @@ class TargetStream:
             return False
         if last is not None and not stepped_back:
             self._periods.add(clock - last)
-        grid = clock if last is None or stepped_back else self._next_target
         # Due within half a state tick of the grid; after an overrun a fresh grid starts.
+        grid = clock if last is None or stepped_back else self._next_target
+        if grid + self.target_period_s <= clock:
+            grid = clock
         self._last_target = clock
-        self._next_target = max(grid + self.target_period_s, clock + self.period_s)
+        self._next_target = grid + self.target_period_s
         return True
 
     def wait_s(self, now: float) -> float:
