@@ -162,6 +162,16 @@ def test_a_publisher_whose_node_the_graph_has_not_named_is_not_judged_but_blocks
     assert source.observe("trajectory", [GATE, unknown]) == []
     assert source.fault is None
     assert not source.admits("trajectory", 2)  # two matched, one known to be the gate's
+    assert source.identifying("trajectory", 2) and not source.identifying("trajectory", 1)
     assert source.admits("trajectory", 1)
-    # Named later: judged then.
+    # Named later: judged then; a latched fault is no longer a matter of discovery.
     assert source.observe("trajectory", [GATE, ROGUE])[0]["node"] == ROGUE.node
+    assert not source.identifying("trajectory", 3)
+    assert not source.identifying("forward", 2)  # not obeyed: refused whoever sends it
+
+
+def test_the_sources_first_publisher_is_identifying_until_the_graph_names_it():
+    source = judge()
+    assert not source.admits("trajectory", 1) and source.identifying("trajectory", 1)
+    source.observe("trajectory", [GATE])
+    assert source.admits("trajectory", 1) and not source.identifying("trajectory", 1)

@@ -95,6 +95,7 @@ class CommandSource:
     ignored: tuple[str, ...] = ()
     fault: dict | None = None  # the latched rogue_publisher event fields, until cleared
     _source_gids: dict[str, set[str]] = field(default_factory=dict)
+    _identified: dict[str, int] = field(default_factory=dict)  # role -> publishers named
     _rogues: dict[str, set[Publisher]] = field(default_factory=dict)
     _reported: set[tuple[str, Publisher]] = field(default_factory=set)
 
@@ -107,6 +108,7 @@ class CommandSource:
         # Not judged until the graph names its node; meanwhile its matched endpoint keeps
         # `admits` refusing the topic's messages.
         publishers = {p for p in publishers if p.identified}
+        self._identified[role] = len(publishers)
         self._source_gids[role] = {p.gid for p in publishers if p.node == self.source}
         rogues = {p for p in publishers if p.node != self.source}
         self._rogues[role] = rogues
@@ -142,6 +144,14 @@ class CommandSource:
         if self.fault is not None or role not in self.obeyed:
             return False
         return 0 < matched <= len(self._source_gids.get(role, ()))
+
+    def identifying(self, role: str, matched: int) -> bool:
+        """Whether a message `admits` refuses on `role`'s topic is refused only because the
+        graph has not yet named some of the `matched` publishers (discovery under way): it may
+        yet turn out to be the source's."""
+        if self.fault is not None or role not in self.obeyed:
+            return False
+        return matched > self._identified.get(role, 0)
 
     def rogues(self) -> list[Publisher]:
         """The publishers other than the source on any command topic now."""

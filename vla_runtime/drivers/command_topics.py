@@ -33,6 +33,9 @@ from vla_runtime.ros.qos import with_liveliness
 
 GRAPH_CHECK_PERIOD_S = 0.05  # publishers on the command topics are checked at 20 Hz
 IGNORED_REPORT_EVERY = 250  # an "ignored" event for the first refused message and every n-th
+# A message matched before the graph names its publisher's node (Fast DDS learns node names
+# after the endpoints) waits this long to be attributed, then is refused.
+DISCOVERY_GRACE_S = 0.5
 
 
 def _controller_param(what: str, key: str):
@@ -96,8 +99,11 @@ class CommandArbiter:
     """The ROS side of `CommandSource` for `node`: subscribes the obeyed command topics (the
     `command_interface`'s arm topic and the gripper's, if any), checks the publishers of every
     command topic at 20 Hz and on each message whose sender is not accounted for, and passes on
-    only the source's messages. `on_event(dict)` publishes an event; `on_rogue()` makes the arm
-    hold (called once per latched fault). `interface` None: a gripper-only node (no arm topic)."""
+    only the source's messages. A message that arrives while discovery has yet to name a matched
+    publisher waits (the newest per topic, up to DISCOVERY_GRACE_S) and is passed on at the
+    first check that attributes it to the source. `on_event(dict)` publishes an event;
+    `on_rogue()` makes the arm hold (called once per latched fault). `interface` None: a
+    gripper-only node (no arm topic)."""
 
     def __init__(self, node, command_topics: dict[str, str], interface: str | None, source: str,
                  on_event: Callable[[dict], None], on_rogue: Callable[[], None]):  # fmt: skip
@@ -112,6 +118,8 @@ class CommandArbiter:
             (ignored,) if ignored else (),
         )  # fmt: skip
         self._subscriptions = {}
+        # role -> (since, callback, message) waiting for discovery to name its publisher
+        self._waiting: dict[str, tuple[float, Callable, object]] = {}
         self._ignored = 0
         node.create_timer(GRAPH_CHECK_PERIOD_S, self.check)
 
@@ -123,8 +131,11 @@ class CommandArbiter:
         """Subscribe `role`'s topic: `callback(msg)` gets the source's messages only."""
 
         def on_message(msg) -> None:
+            self._waiting.pop(role, None)  # superseded
             if self.admit(role):
                 callback(msg)
+            elif self._identifying(role):
+                self._waiting[role] = (time.monotonic(), callback, msg)
 
         topic = self.command_topics[role]
         self._subscriptions[role] = self.node.create_subscription(msg_type, topic, on_message, 10)
@@ -136,6 +147,14 @@ class CommandArbiter:
         self.check()  # a publisher the last check did not see: look again before refusing
         if self.source.admits(role, matched):
             return True
+        if not self._identifying(role):  # else it may wait for discovery (`subscribe`)
+            self._refused(role)
+        return False
+
+    def _identifying(self, role: str) -> bool:
+        return self.source.identifying(role, self._subscriptions[role].get_publisher_count())
+
+    def _refused(self, role: str) -> None:
         self._ignored += 1
         if self._ignored % IGNORED_REPORT_EVERY == 1:
             fault = self.source.fault
@@ -143,13 +162,14 @@ class CommandArbiter:
                 f"{fault['fault']} latched ({fault['node']} on {fault['topic']}): commands "
                 f"refused until recovery on {topics.DRIVER_RECOVER}"
                 if fault is not None
+                else "a matched publisher the ROS graph has not yet named"
+                if self._identifying(role)
                 else "a publisher other than the command source is matched"
             )
             self.on_event({
                 "event": "ignored", "topic": self.source.topics[role], "count": self._ignored,
                 "reason": reason,
             })  # fmt: skip
-        return False
 
     def check(self) -> None:
         """Judge the publishers on every command topic now; report, and hold on a rogue."""
@@ -174,6 +194,19 @@ class CommandArbiter:
                 self.on_event(event)
         if not latched and self.source.fault is not None:
             self.on_rogue()
+        self._pass_waiting()
+
+    def _pass_waiting(self) -> None:
+        """Pass on each waiting message the graph now attributes to the source; refuse those
+        it cannot attribute in time (or attributes to no one: a fault latched)."""
+        for role, (since, callback, msg) in list(self._waiting.items()):
+            matched = self._subscriptions[role].get_publisher_count()
+            if self.source.admits(role, matched):
+                del self._waiting[role]
+                callback(msg)
+            elif time.monotonic() - since > DISCOVERY_GRACE_S or not self._identifying(role):
+                del self._waiting[role]
+                self._refused(role)
 
     def clear(self) -> str | None:
         """Operator recovery of the publisher fault: why not, or None."""
