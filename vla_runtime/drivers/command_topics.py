@@ -118,8 +118,8 @@ class CommandArbiter:
             (ignored,) if ignored else (),
         )  # fmt: skip
         self._subscriptions = {}
-        # role -> (since, callback, message) waiting for discovery to name its publisher
-        self._waiting: dict[str, tuple[float, Callable, object]] = {}
+        # role -> (since, publishers matched then, callback, message) waiting for discovery
+        self._waiting: dict[str, tuple[float, int, Callable, object]] = {}
         self._ignored = 0
         node.create_timer(GRAPH_CHECK_PERIOD_S, self.check)
 
@@ -135,7 +135,8 @@ class CommandArbiter:
             if self.admit(role):
                 callback(msg)
             elif self._identifying(role):
-                self._waiting[role] = (time.monotonic(), callback, msg)
+                matched = self._subscriptions[role].get_publisher_count()
+                self._waiting[role] = (time.monotonic(), matched, callback, msg)
 
         topic = self.command_topics[role]
         self._subscriptions[role] = self.node.create_subscription(msg_type, topic, on_message, 10)
@@ -199,8 +200,10 @@ class CommandArbiter:
     def _pass_waiting(self) -> None:
         """Pass on each waiting message the graph now attributes to the source; refuse those
         it cannot attribute in time (or attributes to no one: a fault latched)."""
-        for role, (since, callback, msg) in list(self._waiting.items()):
-            matched = self._subscriptions[role].get_publisher_count()
+        for role, (since, matched_then, callback, msg) in list(self._waiting.items()):
+            # Every publisher matched when it arrived must be the source's (one that left
+            # unnamed may have sent it).
+            matched = max(matched_then, self._subscriptions[role].get_publisher_count())
             if self.source.admits(role, matched):
                 del self._waiting[role]
                 callback(msg)
