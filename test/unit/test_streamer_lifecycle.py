@@ -7,9 +7,11 @@ import pytest
 
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.chunk_check import Chunk
+from vla_runtime.core.safety.gate import CommandGate, GateConfig
 from vla_runtime.core.streaming.config import StreamerConfig
 from vla_runtime.core.streaming.lifecycle import INFO, REPEATED, WARNING, Notice, StreamerLifecycle
 from vla_runtime.core.streaming.metrics import LoopTiming
+from vla_runtime.core.streaming.streamer import ActionStreamer
 
 ROBOT = load_robot("fr3")
 ARM = list(ROBOT.joints)
@@ -171,3 +173,34 @@ def test_stats_carry_the_episode_speed_source_and_loop_figures():
     stream.joint_state(1.0, HOME, REST, OPEN)
     assert stream.stats(LoopTiming(PERIOD), 13.0, control_rate_hz=250.0, tick_source="thread",
                         overruns=0)["started"]  # fmt: skip
+
+
+@pytest.mark.parametrize("robot_name", ["fr3", "ur5e"])
+def test_a_halted_plan_brakes_within_the_gates_limits_so_its_output_never_turns_back(robot_name):
+    """The gate follows the streamer's brake exactly: braking harder than the gate may, the
+    command would run ahead of the gate's output, which overshoots and comes back (a UR5e
+    moving 0.4 rad/s came back 1.2 mrad at 0.07 rad/s, and the arm with it)."""
+    robot = load_robot(robot_name)
+    n, period = robot.dof, 0.01
+    config = StreamerConfig(control_period_s=period, warmup_requests=0)
+    limits = StreamerLifecycle(config, robot, OPEN, 0.03).limits
+    home = np.array([*robot.home, OPEN])
+    streamer = ActionStreamer(config, limits, home, arm_dof=n)
+    times = 0.05 * (np.arange(40) + 1)
+    streamer.merge_chunk(0.0, 0.0, times, home + np.outer(0.4 * times, np.eye(n + 1)[0]))
+    gate = CommandGate(robot, GateConfig(control_period_s=period))
+    commands, outputs = [], []
+    for k in range(100):
+        now = k * period
+        if k == 50:
+            streamer.halt(now, "chunk_overdue")
+        setpoint = streamer.tick(now)
+        commands.append(setpoint.position[0])
+        gate.update_state(outputs[-1] if outputs else np.array(robot.home), now)
+        gate.command(setpoint.position[:n], None, setpoint.time, now)
+        out = gate.tick(now)
+        outputs.append(out.arm if out.arm is not None else outputs[-1])
+    joint = np.array([q[0] for q in outputs])
+    assert joint[60] - joint[40] > 0.04  # it was moving, then braked
+    assert np.diff(joint).min() > -1e-5  # never back (but for rounding)
+    assert abs(joint[-1] - commands[-1]) < 1e-5  # at rest where the command stopped

@@ -43,10 +43,11 @@ class Limits:
         return len(self.velocity)
 
 
-def limits_for(robot: RobotConfig, with_gripper: bool = True) -> Limits:
-    """The robot's arm limits, plus one finger column (the chunks' gripper column)."""
-    velocity = list(robot.velocity)
-    acceleration = list(robot.acceleration)
+def limits_for(robot: RobotConfig, with_gripper: bool = True, fraction: float = 1.0) -> Limits:
+    """The robot's arm limits (velocity and acceleration times `fraction`), plus one finger
+    column (the chunks' gripper column)."""
+    velocity = [fraction * v for v in robot.velocity]
+    acceleration = [fraction * a for a in robot.acceleration]
     jerk = list(robot.jerk)
     if with_gripper:
         finger_speed = max_finger_speed(robot) or 0.05

@@ -23,6 +23,7 @@ import numpy as np
 from vla_runtime.core.interpolation import limits_for
 from vla_runtime.core.robot import RobotConfig
 from vla_runtime.core.safety.chunk_check import Chunk
+from vla_runtime.core.safety.gate import GateConfig
 from vla_runtime.core.speed_scaling import SpeedScalingInput
 from vla_runtime.core.streaming.camera_watch import FrozenCameraWatch
 from vla_runtime.core.streaming.config import StreamerConfig
@@ -67,7 +68,9 @@ class StreamerLifecycle:
         self.arm_joints = list(robot.joints)
         self.gripper_joint = robot.gripper_joints[0] if robot.gripper_joints else None
         self.joint_names = self.arm_joints + ([self.gripper_joint] if self.gripper_joint else [])
-        self.limits = limits_for(robot, with_gripper=self.gripper_joint is not None)
+        # Within the gate's limits: a brake the gate could not follow would overshoot there and
+        # come back, and the arm with it.
+        self.limits = limits_for(robot, self.gripper_joint is not None, GateConfig.limit_fraction)
         self.gripper_open = gripper_open  # the gripper's start when the state lacks it
         self.resync_tolerance = resync_tolerance
         self.speed_scaling_topic = speed_scaling_topic  # empty: streaming at full speed
