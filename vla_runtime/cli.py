@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import sys
+from pathlib import Path
 
 from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, CommandParser
 from vla_runtime.core.policy_checkpoint import LOCAL_BACKENDS
@@ -86,7 +87,8 @@ def _bench(args: argparse.Namespace) -> int:
             return 2
         result = run("faults", faults=faults, robot=args.robot,
                      command_interface=args.command_interface,
-                     servo_feedforward=args.servo_feedforward)  # fmt: skip
+                     servo_feedforward=args.servo_feedforward,
+                     plot_path=Path(args.plot) if args.plot else None)  # fmt: skip
     elif args.name == "safety":
         result = run("safety", quick=args.quick, seed=args.seed or 0)
     elif args.name == "scheduler":
@@ -172,6 +174,8 @@ BENCH_OPTIONS = {
                            "help": "the interface the gate drives"}),
     "faults": (["--faults"], {"help": "comma-separated fault names (default: all)"}),
     "servo_feedforward": (["--servo-feedforward"], SERVO_FEEDFORWARD_OPTION),
+    "plot": (["--plot"], {"default": "runs/faults.png", "metavar": "PNG",
+                          "help": "the arm's speed around each fault (empty: no plot)"}),
 }  # fmt: skip
 # name -> (what it measures, its options)
 BENCHMARKS = {
@@ -185,7 +189,7 @@ BENCHMARKS = {
     "driver": ("franky driver against franky-sim: latency, jitter, libfranka errors (default "
                "60 s)", ["seconds"]),
     "faults": ("every injected fault: detection and stop times, unsafe commands, lost chunks",
-               ["quick", "faults", "robot", "command_interface", "servo_feedforward"]),
+               ["quick", "faults", "robot", "command_interface", "servo_feedforward", "plot"]),
     "safety": ("chunk check + consequence rollout against full-physics ground truth: hazard "
                "recall, false vetoes, check time", ["quick", "seed"]),
     "scheduler": ("scheduled vs full compute on the shipped policy through the product path in "

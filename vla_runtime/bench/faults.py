@@ -64,12 +64,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
 from trajectory_msgs.msg import JointTrajectory
 
+from vla_runtime.bench.faults_plot import plot_faults, speed_trace
 from vla_runtime.bench.progress import bench_bar, step
 from vla_runtime.core import topics
 from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, help_summary
@@ -662,7 +664,10 @@ def run_bench(
     robot: str = "fr3",
     command_interface: str = "trajectory",
     servo_feedforward: bool = False,
+    plot_path: Path | None = None,
 ) -> dict:
+    """Inject `faults` one after another into the closed sim loop and judge each; with
+    `plot_path`, also draw the arm's speed around each (faults_plot.py)."""
     if robot not in ROBOTS:
         raise ValueError(f"robot must be one of {sorted(ROBOTS)}, got {robot!r}")
     if command_interface not in COMMAND_INTERFACES:
@@ -752,6 +757,11 @@ def run_bench(
         "detection_ms": all(r["met"]["detection"] is not False for r in results),
         "stop_ms": all(r["met"]["stop"] is not False for r in results),
     }
+    plot = None
+    if plot_path is not None:
+        traces = [speed_trace(rec.states[w.marks["states"] :], w.onset, w.reference)
+                  for w in windows]  # fmt: skip
+        plot = str(plot_faults(plot_path, results, traces, STOP_TARGET_MS, REST_SPEED))
     return {
         "benchmark": "faults",
         "faults": results,
@@ -774,6 +784,7 @@ def run_bench(
         "nodes_dead_at_end": dead,
         "dead_nodes_output": last_words,  # the last lines each dead node printed
         "wall_s": round(time.monotonic() - started, 1),
+        "plot": plot,
         "settings": {
             **settings,
             "limits": limits_note,
@@ -831,6 +842,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--robot", choices=sorted(ROBOTS), default="fr3")
     parser.add_argument("--command-interface", choices=COMMAND_INTERFACES, default="trajectory")
     parser.add_argument("--servo-feedforward", **SERVO_FEEDFORWARD_OPTION)
+    parser.add_argument("--plot", default="runs/faults.png", metavar="PNG",
+                        help="the arm's speed around each fault (empty: no plot)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     faults = fault_names(args.faults, args.quick)
@@ -839,8 +852,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_bench(faults=faults, observe_s=args.observe, robot=args.robot,
                            command_interface=args.command_interface,
-                           servo_feedforward=args.servo_feedforward)  # fmt: skip
-    except (ValueError, RuntimeError) as exc:
+                           servo_feedforward=args.servo_feedforward,
+                           plot_path=Path(args.plot) if args.plot else None)  # fmt: skip
+    except (ValueError, RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=None if args.json else 2))
