@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 BEFORE_S, AFTER_S = 0.2, 1.0  # s around the onset that a panel shows
 
@@ -41,13 +42,11 @@ def plot_faults(path: Path, results: list[dict], traces: list[dict], stop_target
         ax.axvline(0.0, color="black", lw=0.7)
         reference_ms = trace["reference_ms"]
         if result["detection_ms"] is not None:
-            ax.axvline(result["detection_ms"], color="tab:orange", lw=1.0, label="reported")
+            ax.axvline(result["detection_ms"], color="tab:orange", lw=1.0)
         if result["stop_ms"] is not None:
-            ax.axvline(reference_ms + result["stop_ms"], color="tab:green", lw=1.0,
-                       label="at rest")  # fmt: skip
+            ax.axvline(reference_ms + result["stop_ms"], color="tab:green", lw=1.0)
         if result["met"].get("stop") is not None:
-            ax.axvline(reference_ms + stop_target_ms, color="grey", ls="--", lw=0.8,
-                       label=f"{stop_target_ms:g} ms")  # fmt: skip
+            ax.axvline(reference_ms + stop_target_ms, color="grey", ls="--", lw=0.8)
         detection = result["detection_ms"]
         stop = result["stop_ms"]
         ax.set_title(
@@ -59,10 +58,13 @@ def plot_faults(path: Path, results: list[dict], traces: list[dict], stop_target
         ax.set_xlim(-1e3 * BEFORE_S, 1e3 * AFTER_S)
     for ax in axes[len(results):]:
         ax.set_visible(False)
-    axes[0].legend(fontsize=6, loc="upper right")
+    marks = [Line2D([], [], color="tab:orange"), Line2D([], [], color="tab:green"),
+             Line2D([], [], color="grey", ls="--")]  # fmt: skip
+    fig.legend(marks, ["fault reported", "arm at rest", f"stop target ({stop_target_ms:g} ms)"],
+               loc="lower center", ncol=3, fontsize=8)  # fmt: skip
     fig.suptitle("arm speed (rad/s, fastest joint) vs ms since the fault's onset; "
                  "title: detection / stop ms", fontsize=9)  # fmt: skip
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     return path
