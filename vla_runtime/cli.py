@@ -13,7 +13,11 @@ import os
 import sys
 from pathlib import Path
 
-from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, CommandParser
+from vla_runtime.core.help_text import (
+    FAULTS_PLOT_OPTION,
+    SERVO_FEEDFORWARD_OPTION,
+    CommandParser,
+)
 from vla_runtime.core.policy_checkpoint import LOCAL_BACKENDS
 from vla_runtime.stack.resolver import StackError, coerce_scalar, load_stack_file, resolve_stack
 
@@ -174,8 +178,7 @@ BENCH_OPTIONS = {
                            "help": "the interface the gate drives"}),
     "faults": (["--faults"], {"help": "comma-separated fault names (default: all)"}),
     "servo_feedforward": (["--servo-feedforward"], SERVO_FEEDFORWARD_OPTION),
-    "plot": (["--plot"], {"default": "runs/faults.png", "metavar": "PNG",
-                          "help": "the arm's speed around each fault (empty: no plot)"}),
+    "plot": (["--plot"], FAULTS_PLOT_OPTION),
 }  # fmt: skip
 # name -> (what it measures, its options)
 BENCHMARKS = {

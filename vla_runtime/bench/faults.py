@@ -74,7 +74,11 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.bench.faults_plot import plot_faults, speed_trace
 from vla_runtime.bench.progress import bench_bar, step
 from vla_runtime.core import topics
-from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, help_summary
+from vla_runtime.core.help_text import (
+    FAULTS_PLOT_OPTION,
+    SERVO_FEEDFORWARD_OPTION,
+    help_summary,
+)
 from vla_runtime.core.overdue import DURATION_WINDOW
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
@@ -842,8 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--robot", choices=sorted(ROBOTS), default="fr3")
     parser.add_argument("--command-interface", choices=COMMAND_INTERFACES, default="trajectory")
     parser.add_argument("--servo-feedforward", **SERVO_FEEDFORWARD_OPTION)
-    parser.add_argument("--plot", default="runs/faults.png", metavar="PNG",
-                        help="the arm's speed around each fault (empty: no plot)")  # fmt: skip
+    parser.add_argument("--plot", **FAULTS_PLOT_OPTION)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     faults = fault_names(args.faults, args.quick)

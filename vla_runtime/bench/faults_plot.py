@@ -56,7 +56,7 @@ def plot_faults(path: Path, results: list[dict], traces: list[dict], stop_target
         )  # fmt: skip
         ax.tick_params(labelsize=7)
         ax.set_xlim(-1e3 * BEFORE_S, 1e3 * AFTER_S)
-    for ax in axes[len(results):]:
+    for ax in axes[len(results) :]:
         ax.set_visible(False)
     marks = [Line2D([], [], color="tab:orange"), Line2D([], [], color="tab:green"),
              Line2D([], [], color="grey", ls="--")]  # fmt: skip

@@ -13,6 +13,13 @@ SERVO_FEEDFORWARD_OPTION = {
     "(the shipped checkpoints were trained without it: it lags a moving setpoint by 0.1 s)",
 }
 
+# --plot of `bench faults` (its own entry point and the vla-runtime CLI).
+FAULTS_PLOT_OPTION = {
+    "default": "runs/faults.png",
+    "metavar": "PNG",
+    "help": "the arm's speed around each fault (empty: no plot)",
+}
+
 
 def help_summary(doc: str | None) -> str:
     """The first paragraph of `doc`, as one line (a `--help` description)."""
