@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from vla_runtime.bench.faults import run_bench
 from vla_runtime.bench.faults_plot import AFTER_S, BEFORE_S, plot_faults, speed_trace
 
 
@@ -35,5 +37,12 @@ def test_the_plot_draws_every_fault_even_without_a_detection_or_a_stop(tmp_path)
          "met": {"detection": None, "stop": None}},
     ]  # fmt: skip
     traces = [speed_trace(states(1.0), 1.0, 1.0) for _ in results]
-    path = plot_faults(tmp_path / "runs" / "faults.png", results, traces, 300.0, 0.02)
+    path = plot_faults(tmp_path / "faults.png", results, traces, 300.0, 0.02)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_an_unwritable_plot_path_fails_before_the_bench_starts(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OSError):
+        run_bench(faults=("baseline",), progress=False, plot_path=blocker / "faults.png")

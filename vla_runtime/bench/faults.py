@@ -680,6 +680,8 @@ def run_bench(
     unknown = [f for f in faults if f not in ALL_FAULTS]
     if unknown:
         raise ValueError(f"unknown faults {unknown}; choose from {ALL_FAULTS}")
+    if plot_path is not None:  # an unwritable place fails now, not after the run
+        plot_path.parent.mkdir(parents=True, exist_ok=True)
     settings = dict(observe_s=observe_s, image_size=image_size, camera_fps=camera_fps,
                     consequence=consequence, recover_timeout_s=recover_timeout_s, robot=robot,
                     command_interface=command_interface,

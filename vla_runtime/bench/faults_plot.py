@@ -65,6 +65,5 @@ def plot_faults(path: Path, results: list[dict], traces: list[dict], stop_target
     fig.suptitle("arm speed (rad/s, fastest joint) vs ms since the fault's onset; "
                  "title: detection / stop ms", fontsize=9)  # fmt: skip
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     return path
