@@ -75,15 +75,16 @@ class TargetStream:
         if self._next_tick is None:
             self._next_tick = now
         last = self._last_target
-        stepped_back = last is not None and clock < last  # a restarted clock restarts the grid
-        if not stepped_back and clock < self._next_target - self.period_s / 2:
-            return False
-        if last is not None and not stepped_back:
+        # The first target, or one after the clock restarted: a fresh grid.
+        fresh = last is None or clock < last
+        if not fresh:
+            # Due within half a state tick of the grid.
+            if clock < self._next_target - self.period_s / 2:
+                return False
             self._periods.add(clock - last)
-        # Due within half a state tick of the grid; after an overrun a fresh grid starts.
-        grid = clock if last is None or stepped_back else self._next_target
-        if grid + self.target_period_s <= clock:
-            grid = clock
+        # After an overrun a fresh grid starts too.
+        overran = self._next_target + self.target_period_s <= clock
+        grid = clock if fresh or overran else self._next_target
         self._last_target = clock
         self._next_target = grid + self.target_period_s
         return True
