@@ -132,25 +132,24 @@ class CommandArbiter:
 
         def on_message(msg) -> None:
             self._waiting.pop(role, None)  # superseded
-            if self.admit(role):
+            matched = self._subscriptions[role].get_publisher_count()
+            if self._admits(role, matched):
                 callback(msg)
-            elif self._identifying(role):
-                matched = self._subscriptions[role].get_publisher_count()
+            elif self.source.identifying(role, matched):  # it may be the source's: wait
                 self._waiting[role] = (time.monotonic(), matched, callback, msg)
+            else:
+                self._refused(role)
 
         topic = self.command_topics[role]
         self._subscriptions[role] = self.node.create_subscription(msg_type, topic, on_message, 10)
 
-    def admit(self, role: str) -> bool:
-        matched = self._subscriptions[role].get_publisher_count()
+    def _admits(self, role: str, matched: int) -> bool:
+        """Whether a message that arrived while `matched` publishers were matched is the
+        source's; a publisher the last check did not see gets a fresh look first."""
         if self.source.admits(role, matched):
             return True
-        self.check()  # a publisher the last check did not see: look again before refusing
-        if self.source.admits(role, matched):
-            return True
-        if not self._identifying(role):  # else it may wait for discovery (`subscribe`)
-            self._refused(role)
-        return False
+        self.check()
+        return self.source.admits(role, matched)
 
     def _identifying(self, role: str) -> bool:
         return self.source.identifying(role, self._subscriptions[role].get_publisher_count())
