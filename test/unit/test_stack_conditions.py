@@ -1,6 +1,8 @@
 """Stack node conditions naming several arguments, and where the stacks use them."""
 
-from vla_runtime.stack.resolver import resolve_stack
+import pytest
+
+from vla_runtime.stack.resolver import StackError, resolve_stack
 
 
 def test_if_and_unless_may_list_several_arguments(tmp_path):
@@ -45,3 +47,22 @@ def test_ur_streamer_follows_the_ur_speed_scaling_and_others_do_not():
     assert streamer("ur", speed_scaling_topic="")["speed_scaling_topic"] == ""
     assert streamer("franka")["speed_scaling_topic"] == ""
     assert streamer("sim")["speed_scaling_topic"] == ""
+
+
+def test_a_default_naming_another_argument_is_what_refusals_see(tmp_path):
+    stack = tmp_path / "d.yaml"
+    stack.write_text(
+        "arguments: {sim: {default: false}, tracks: {default: $(arg sim)}}\n"
+        "refuse: [{if: tracks, unless: sim, message: simulated only}]\n"
+        "nodes: [{name: driver, executable: x, parameters: {tracks: $(arg tracks)}}]\n"
+    )
+
+    def tracks(**args):
+        return resolve_stack(stack, args).nodes[0].parameters["tracks"]
+
+    assert tracks() is False
+    assert tracks(sim=True) is True
+    assert tracks(sim=True, tracks=False) is False
+    with pytest.raises(StackError, match="simulated only"):
+        resolve_stack(stack, {"tracks": True})
+

@@ -332,21 +332,26 @@ def resolve_stack(name_or_path: str | Path, overrides: dict[str, Any] | None = N
         args[namespace_arg] = _namespace(name, _lookup(namespace_arg, args))
     for alias, target in aliases.items():
         args[alias] = args[target]
-    for rule in raw.get("refuse") or []:
-        if _selected(rule, args):
-            raise StackError(f"stack {name!r} with {_conditions_text(rule, args)}: "
-                             f"{rule['message']}")  # fmt: skip
-    # Defaults that name variables wait for them.
+    # Defaults that name variables wait for them; one that is another argument takes its value
+    # now, so that refusals see it.
     derived = {
         k: v for k, v in args.items()
         if k not in given and isinstance(v, str) and _ARG.search(v)
     }  # fmt: skip
+    for key, default in derived.items():
+        named = _ARG.fullmatch(default.strip())
+        if named and named.group(1) in declared:
+            args[key] = args[named.group(1)]
+    for rule in raw.get("refuse") or []:
+        if _selected(rule, args):
+            raise StackError(f"stack {name!r} with {_conditions_text(rule, args)}: "
+                             f"{rule['message']}")  # fmt: skip
     for key, spec in variables.items():
         if key in declared:
             raise StackError(f"stack {name!r}: variable {key!r} shadows an argument")
         args[key] = _variable(name, key, spec, args)
-    for key in derived:
-        args[key] = substitute(args[key], args)
+    for key, default in derived.items():
+        args[key] = substitute(default, args)
     for alias, target in aliases.items():
         args[alias] = args[target]
     use_sim_time = parse_bool(substitute(raw.get("use_sim_time", False), args), "use_sim_time")
