@@ -2,6 +2,9 @@
 
 import pytest
 
+from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
+from vla_runtime.sim.workcell import SceneConfig
 from vla_runtime.stack.resolver import StackError, resolve_stack
 
 
@@ -66,3 +69,14 @@ def test_a_default_naming_another_argument_is_what_refusals_see(tmp_path):
     with pytest.raises(StackError, match="simulated only"):
         resolve_stack(stack, {"tracks": True})
 
+
+@pytest.mark.parametrize(
+    ("stack", "args"),
+    [("sim", {}), ("sim", {"robot": "ur5e"}), ("ur", {"use_sim": True}),
+     ("franka", {"use_sim": True})],
+)  # fmt: skip
+def test_a_simulated_arms_servo_defaults_as_every_command_does(stack, args):
+    nodes = resolve_stack(stack, args).nodes
+    driver = next(n for n in nodes if n.name == "sim_driver").parameters
+    assert driver.get("servo_feedforward", SceneConfig.servo_feedforward) is SIM_SERVO_FEEDFORWARD
+    assert SERVO_FEEDFORWARD_OPTION["default"] is SIM_SERVO_FEEDFORWARD

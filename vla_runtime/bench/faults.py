@@ -80,6 +80,7 @@ from vla_runtime.core.help_text import (
     help_summary,
 )
 from vla_runtime.core.overdue import DURATION_WINDOW
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
 from vla_runtime.core.robot import load_robot
 from vla_runtime.core.safety.audit import audit_commands, time_to_rest, unjudged_chunks
 from vla_runtime.core.safety.manufacturer_limits import (
@@ -667,7 +668,7 @@ def run_bench(
     progress: bool = True,
     robot: str = "fr3",
     command_interface: str = "trajectory",
-    servo_feedforward: bool = False,
+    servo_feedforward: bool = SIM_SERVO_FEEDFORWARD,
     plot_path: Path | None = None,
 ) -> dict:
     """Inject `faults` one after another into the closed sim loop and judge each; with

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
+
 # --servo-feedforward / --no-servo-feedforward, for every command that runs the simulated arm.
 SERVO_FEEDFORWARD_OPTION = {
     "action": argparse.BooleanOptionalAction,
-    "default": False,
+    "default": SIM_SERVO_FEEDFORWARD,
     "help": "the simulated servo tracks its setpoint's velocity, as a real arm's controller does "
     "(the shipped checkpoints were trained without it: it lags a moving setpoint by 0.1 s)",
 }

@@ -33,7 +33,14 @@ def config_dir() -> Path:
     return share_dir() / "config"
 
 
-def shipped_checkpoint(robot: str = "fr3", servo_feedforward: bool = False) -> Path:
+# Whether the simulated arm's servo is fed the setpoint's velocity unless told otherwise, as a
+# real arm's joint controller is (sim/simulator.py): the default of every command, function,
+# node and stack (`servo_feedforward`) that simulates the arm, and so which shipped policy it
+# runs. Off: the FR3 policy for the tracking servo misses a product-path target (docs/safety.md).
+SIM_SERVO_FEEDFORWARD = False
+
+
+def shipped_checkpoint(robot: str = "fr3", servo_feedforward: bool = SIM_SERVO_FEEDFORWARD) -> Path:
     """The trained tiny policy for `robot` and its simulated servo that ships with the package
     (checkpoints/vla_tiny_sim for the FR3, vla_tiny_sim_<robot> for the others; + `_tracking`
     for the servo fed forward: a policy trained on one servo loses success on the other)."""

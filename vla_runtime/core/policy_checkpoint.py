@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD, shipped_checkpoint
 
 LOCAL_BACKENDS = ("torch", "onnxruntime", "tensorrt")  # the engine runs a checkpoint itself
 POLICY_DEFAULT_REASONS = {
@@ -39,7 +39,7 @@ def policy_arguments(args: dict[str, Any], given: set[str], simulated: bool) -> 
     decided = {}
     checkpoint = args.get("checkpoint", "")
     if not checkpoint and simulated and "checkpoint" not in given:
-        tracking = bool(args.get("servo_feedforward", False))
+        tracking = bool(args.get("servo_feedforward", SIM_SERVO_FEEDFORWARD))
         shipped = shipped_checkpoint(str(args.get("robot", "fr3")), tracking)
         if (shipped / "spec.json").is_file():
             checkpoint = decided["checkpoint"] = str(shipped)

@@ -28,6 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vla_runtime.core.help_text import SERVO_FEEDFORWARD_OPTION, CommandParser
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
 from vla_runtime.core.robot import SIMULATED_ROBOTS
 from vla_runtime.data.expert_recording import (
     run_expert_episode,
@@ -59,7 +60,7 @@ def collect(
     image_size: int = DEFAULT_IMAGE_SIZE,
     progress: bool = True,
     robot: str = "fr3",
-    servo_feedforward: bool = False,
+    servo_feedforward: bool = SIM_SERVO_FEEDFORWARD,
 ) -> dict:
     """Collect `episodes` expert episodes of `task` on `robot` (seeds seed, seed+1, ...) into
     `out`; `servo_feedforward`: on the simulated servo that tracks its setpoint's velocity."""
@@ -116,7 +117,7 @@ def collect(
 
 
 def make_env(task: str, mode: str, image_size: int, robot: str = "fr3",
-             servo_feedforward: bool = False):  # fmt: skip
+             servo_feedforward: bool = SIM_SERVO_FEEDFORWARD):  # fmt: skip
     if mode == "inprocess":
         return InProcessEnv(task, image_size, robot=robot, servo_feedforward=servo_feedforward)
     arguments = {"robot": robot, "servo_feedforward": servo_feedforward}

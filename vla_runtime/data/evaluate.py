@@ -40,7 +40,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_runtime.core import topics
 from vla_runtime.core.delayed_chunks import DelayedChunks
 from vla_runtime.core.gripper import max_opening
-from vla_runtime.core.paths import shipped_checkpoint
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD, shipped_checkpoint
 from vla_runtime.core.policy_checkpoint import checkpoint_image_size
 from vla_runtime.core.reflex_events import parse_reflex
 from vla_runtime.core.stats import compute_cost
@@ -140,7 +140,7 @@ def _run_periods(periods, setup, reader, result: EpisodeResult, steps: int, fram
 def evaluate_in_process(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, noise_scale: float | None = None,
-    servo_feedforward: bool = False, delay_steps: int = 0,
+    servo_feedforward: bool = SIM_SERVO_FEEDFORWARD, delay_steps: int = 0,
 ) -> dict:  # fmt: skip
     """Development tool: no ROS, same loop as the stack path; `delay_steps`: each chunk runs
     that many control steps after its frame, as in real time (core/delayed_chunks.py)."""
@@ -193,7 +193,7 @@ def evaluate_stack(
     checkpoint: str, task: str, episodes: int, seed: int = EVAL_SEED,
     execute: int = DEFAULT_EXECUTE, progress: bool = True, realtime: bool = False,
     engine_params: dict | None = None, scheduler: dict | None = None,
-    noise_scale: float | None = None, servo_feedforward: bool = False,
+    noise_scale: float | None = None, servo_feedforward: bool = SIM_SERVO_FEEDFORWARD,
 ) -> dict:  # fmt: skip
     """The sim stack's driver, cameras and engine (`engine_params`: more engine parameters);
     `scheduler`: also its scheduler node, with these parameters. Lock-step by default;

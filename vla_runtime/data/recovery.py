@@ -31,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vla_runtime.core.delayed_chunks import DelayedChunks
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
 from vla_runtime.data.expert_recording import (
     ExpertRecorder,
     sigint_deferred,
@@ -227,7 +228,8 @@ def _branch_off_rollouts(env: InProcessEnv, reader: SceneReader, writer, rollout
 def collect_recovery(
     checkpoint: str, task: str, episodes: int, out: str | Path, seed: int = 0,
     branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
-    servo_feedforward: bool = False, teacher: str | None = None, delay_steps: int = 0,
+    servo_feedforward: bool = SIM_SERVO_FEEDFORWARD, teacher: str | None = None,
+    delay_steps: int = 0,
 ) -> dict:  # fmt: skip
     """Roll `checkpoint` on `task` (seeds seed, seed+1, ...), branching the expert (or the
     `teacher` checkpoint) off it; `servo_feedforward`: on the simulated servo that tracks its
@@ -267,7 +269,7 @@ def collect_recovery(
 def collect_replay_recovery(
     replay: str | Path, task: str, out: str | Path, robot: str = "fr3", image_size: int = 96,
     branch_every: int = 8, branch_steps: int = 24, execute: int = 2, progress: bool = True,
-    servo_feedforward: bool = False, teacher: str | None = None,
+    servo_feedforward: bool = SIM_SERVO_FEEDFORWARD, teacher: str | None = None,
 ) -> dict:  # fmt: skip
     """Branch the expert (or the `teacher` checkpoint) off product-path episodes of `task`
     recorded in `replay` (`vla-runtime eval --trajectories`), replayed in the in-process

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vla_runtime.core.gripper import opening_from_width
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
 from vla_runtime.sim.render import SceneRenderer  # sets MUJOCO_GL before mujoco loads
 from vla_runtime.sim.tasks import CONTROL_DT, TaskSimulator
 
@@ -51,7 +52,7 @@ class InProcessEnv:
     """Simulator + renderers in this process (no ROS): fast and deterministic."""
 
     def __init__(self, task: str, image_size: int = DEFAULT_IMAGE_SIZE, cameras=CAMERAS,
-                 robot: str = "fr3", servo_feedforward: bool = False):  # fmt: skip
+                 robot: str = "fr3", servo_feedforward: bool = SIM_SERVO_FEEDFORWARD):  # fmt: skip
         self.sim = TaskSimulator(task, robot=robot, servo_feedforward=servo_feedforward)
         self.renderers = {
             c: SceneRenderer(self.sim.xml, c, image_size, image_size) for c in cameras

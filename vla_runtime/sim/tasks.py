@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import mujoco
 import numpy as np
 
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
 from vla_runtime.sim.simulator import Simulator
 from vla_runtime.sim.workcell import COLOURS, TCP_SITE, SceneConfig
 
@@ -293,7 +294,7 @@ class TaskSimulator(Simulator):
     """`Simulator` running one task: its scene, its seeded layout, the sliding target."""
 
     def __init__(self, task: str, seed: int = 0, robot: str = "fr3",
-                 servo_feedforward: bool = False):  # fmt: skip
+                 servo_feedforward: bool = SIM_SERVO_FEEDFORWARD):  # fmt: skip
         self.task = check_task(task)
         self.setup: EpisodeSetup | None = None
         self._slide_start = 0.0

@@ -11,6 +11,7 @@ import mujoco
 import numpy as np
 
 from vla_runtime.core.gripper import opening_from_width
+from vla_runtime.core.paths import SIM_SERVO_FEEDFORWARD
 
 COLOURS: dict[str, tuple[float, float, float, float]] = {
     "red": (0.85, 0.1, 0.1, 1.0),
@@ -63,7 +64,7 @@ class SceneConfig:
     # joint controller does. Off by default: the shipped checkpoints were trained on the servo
     # without it, which lags a moving setpoint by 0.1 s, and with it their pick success fell
     # from 14 to 9-10 of 20 through the product path.
-    servo_feedforward: bool = False
+    servo_feedforward: bool = SIM_SERVO_FEEDFORWARD
 
 
 def cube_names(config: SceneConfig) -> list[str]:
