@@ -100,3 +100,46 @@ def test_bench_scheduler_runs_both_arms_through_the_product_path(tmp_path):
         records = [json.loads(line) for line in (tmp_path / f"reach_{arm}.jsonl").open()]
         assert [r["seed"] for r in records] == [90000] and records[0]["modes"]
     assert plt.imread(tmp_path / "scheduler.png").std() > 0.01
+
+
+@pytest.mark.integration
+def test_a_stop_latched_in_one_episode_is_reported_and_cleared_before_the_next():
+    """An e-stop pressed mid-episode latches the gate: that episode ends as a safety stop with
+    its reason, and the evaluation clears the latch as the operator does before the next
+    episode, whose arm moves again (a latch would otherwise hold every later episode)."""
+    import threading
+    import time
+
+    from std_msgs.msg import Bool
+
+    from vla_runtime.core import topics
+    from vla_runtime.data.stack_eval import StackHarness, run_episode
+    from vla_runtime.stack.resolver import resolve_stack
+
+    harness = StackHarness(resolve_stack("sim", {"task": "reach", "policy": True}))
+    try:
+        harness.warm_up("reach")
+        estop = harness.node.create_publisher(Bool, topics.ESTOP, 10)
+        announced = len(harness.episodes)
+
+        def press_when_the_episode_starts() -> None:
+            deadline = time.monotonic() + 120.0
+            while len(harness.episodes) == announced and time.monotonic() < deadline:
+                time.sleep(0.005)  # polls the condition; run_episode spins the node meanwhile
+            estop.publish(Bool(data=True))
+
+        press = threading.Thread(target=press_when_the_episode_starts)
+        press.start()
+        stopped = run_episode(harness, "reach", 90000)
+        press.join()
+        assert stopped.outcome == "safety_stop" and not stopped.success, stopped
+        assert stopped.safety_stops and stopped.safety_stops[0].startswith("estop"), stopped
+        assert harness.gate_latched
+        harness.forget_reports()
+        harness.clear_latch("test: the next episode starts")
+        assert not harness.gate_latched
+        moving = run_episode(harness, "reach", 90001)
+        assert moving.outcome != "safety_stop" and not moving.safety_stops, moving
+        assert moving.best_progress["tcp_to_target_m"] < 0.1, moving  # the arm went to the cube
+    finally:
+        harness.close()

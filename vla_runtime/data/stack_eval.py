@@ -30,7 +30,8 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Bool, Float64MultiArray, String
+from std_srvs.srv import Trigger
 from tqdm import tqdm
 
 from vla_runtime.core import topics
@@ -42,6 +43,7 @@ from vla_runtime.data.rollout_trajectories import from_motion, save_trajectory
 from vla_runtime.data.stack_plot import plot_run
 from vla_runtime.drivers.sim.task_driver import EpisodeClient
 from vla_runtime.ros.messages import to_seconds
+from vla_runtime.ros.operator_recover import call_with_reason
 from vla_runtime.ros.qos import latched as latched_qos
 from vla_runtime.ros.runtime import close_private_node, private_node
 from vla_runtime.sim.tasks import (
@@ -69,6 +71,8 @@ VERDICTS = ("accept", "clip", "veto", "stale")
 INPUT_FAILURES = ("sync:", "input:")
 MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed or changed, in full
 SCHEDULER_LABELS = ("mode", "tier", "demand", "reasons")  # the rest of a decision is numbers
+# Safety events that latch the gate (or tell of a latch): the episode ended in a stop.
+STOP_EVENTS = ("fault", "driver_fault", "estop")
 VETO_NUMBERS = ("observation_age_s", "state_age_s", "start_jump_rad", "retimed_s", "stamp")
 
 
@@ -83,7 +87,7 @@ def reason_kind(reason: str) -> str:
 @dataclass
 class EpisodeRecord:
     seed: int
-    outcome: str  # success | timeout | stalled | stack_died
+    outcome: str  # success | timeout | safety_stop | stalled | stack_died
     success: bool
     time_to_success_s: float | None
     sim_s: float
@@ -116,6 +120,9 @@ class EpisodeRecord:
     best_progress: dict = field(default_factory=dict)  # the closest to success it came
     closest_approach: dict = field(default_factory=dict)  # the TCP then, relative to the cube
     milestones_s: dict = field(default_factory=dict)  # sim s from the start to each stage
+    # Why the gate latched a stop during the episode (e-stop, its own or a driver's fault): the
+    # arm held from then on. The evaluation clears it, as an operator would, before the next.
+    safety_stops: list = field(default_factory=list)
     # With the scheduler: per inference, the signals, tier and reasons of the decision it ran
     # with (`vla-runtime calibrate scheduler --data` fits thresholds on them).
     scheduler_signals: list = field(default_factory=list)
@@ -189,10 +196,12 @@ def summarise(task: str, records: list[EpisodeRecord], settings: dict) -> dict:
             [x for r in records for x in r.guidance_prefix_err],
         ),
         "driver_events": _merge_counts(r.driver_events for r in records),
+        # Episodes that ended with the gate latched: each one a stop the evaluation cleared.
+        "safety_stops": sum(r.outcome == "safety_stop" for r in records),
         "incidents": [
             {"seed": r.seed, "outcome": r.outcome, "reason": r.reason}
             for r in records
-            if r.outcome in ("stalled", "stack_died")
+            if r.outcome in ("safety_stop", "stalled", "stack_died")
         ],
         "milestones_s": summarise_milestones([r.milestones_s for r in records]),
         **scheduler_summary([d for r in records for d in r.scheduler_signals]),
@@ -279,6 +288,13 @@ class StackHarness:
         sub(DiagnosticArray, topics.ENGINE_STATS, self._on_engine_stats, 50)
         sub(DiagnosticArray, topics.STREAMER_STATS, self._on_streamer_stats, 50)
         sub(DiagnosticArray, topics.SCHEDULER_SIGNALS, self._on_scheduler_signals, 50)
+        self.gate_latched = False
+        sub(Bool, topics.ESTOP_STATE, self._on_latch, latched)
+        self._reason_pub = self.node.create_publisher(String, topics.OPERATOR_REASON, latched)
+        self._recover_clients = {
+            service: self.node.create_client(Trigger, service)
+            for service in (topics.DRIVER_RECOVER, topics.ESTOP_RESET)
+        }
         if record_motion:
             robot = stack_robot(stack)
             self._arm = list(robot.joints)
@@ -290,6 +306,9 @@ class StackHarness:
     def _on_scene(self, msg) -> None:
         values = np.asarray(msg.data)
         self.scene = (float(values[0]), values[1:])
+
+    def _on_latch(self, msg: Bool) -> None:
+        self.gate_latched = bool(msg.data)
 
     @staticmethod
     def _event(events: list, msg) -> None:
@@ -392,6 +411,32 @@ class StackHarness:
             )  # fmt: skip
         except StackStalled:
             pass
+
+    def clear_latch(self, reason: str) -> None:
+        """Recover from a stop latched in an earlier episode, as the operator does between
+        trials (`vla-runtime recover`): the driver (when it serves recovery), then the gate,
+        with `reason` stated. Without it every later episode would hold the arm."""
+        if not self.gate_latched:
+            return
+        self._reason_pub.publish(String(data=reason))
+        deadline = time.monotonic() + STALL_TIMEOUT_S
+
+        def spin_until(condition, until: float) -> bool:
+            what = "an answer to the evaluation's recovery"
+            self.spin_until(lambda: condition() or time.monotonic() >= until, STALL_TIMEOUT_S,
+                            what)  # fmt: skip
+            return bool(condition())
+
+        reset = self._recover_clients[topics.ESTOP_RESET]
+        if not spin_until(reset.service_is_ready, deadline):
+            raise StackStalled(f"no {topics.ESTOP_RESET} service to clear the gate's latch")
+        for service, client in self._recover_clients.items():
+            if not client.service_is_ready():
+                continue  # a driver without recovery (the gate's latch alone)
+            ok, message = call_with_reason(client, spin_until, deadline)
+            if not ok:
+                raise StackStalled(f"{service} refused the evaluation's recovery: {message}")
+        self.spin_until(lambda: not self.gate_latched, STALL_TIMEOUT_S, "the latch to clear")
 
     def set_episode(self, seed: int) -> dict:
         """Start an episode with `seed`; returns the driver's announcement."""
@@ -555,6 +600,14 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
         if event.get("check_ms"):
             record.check_ms.append(float(event["check_ms"]))
     record.verdicts = verdicts
+    for event in harness.safety_events:
+        if event.get("event") in STOP_EVENTS and t0 <= float(event.get("stamp", -1)) <= t_end:
+            reason = " ".join(str(event.get(k, "")) for k in ("event", "fault", "reason"))
+            if len(record.safety_stops) < 3 and reason.strip() not in record.safety_stops:
+                record.safety_stops.append(reason.strip()[:200])
+    if not record.success and harness.gate_latched:
+        record.outcome = "safety_stop"
+        record.reason = "; ".join(record.safety_stops) or "the gate latched a stop"
     for stamp, level, values in harness.engine_stats:
         if not t0 <= stamp <= t_end:
             continue
@@ -645,6 +698,8 @@ def eval_stack(
                     harness = StackHarness(stack, record_motion=plot is not None
                                            or trajectories is not None)  # fmt: skip
                     harness.warm_up(task)
+                harness.clear_latch(f"vla-runtime eval: episode seed {s} starts; the stop "
+                                    "latched in the episode before is over")  # fmt: skip
                 record = run_episode(harness, task, s)
             except (StackDied, StackStalled) as exc:
                 outcome = "stack_died" if isinstance(exc, StackDied) else "stalled"
@@ -749,6 +804,7 @@ def format_summary(summary: dict) -> str:
             else f"p50 {engine['p50']:.0f} / p99 {engine['p99']:.0f} ms"
         )
         + f"; arm faults {summary['driver_events'].get('reflex', 0)} refused commands"
+        + f"; safety stops {summary.get('safety_stops', 0)}"
     )
 
 
