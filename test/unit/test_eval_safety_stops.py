@@ -18,15 +18,17 @@ def record():
 def test_a_failed_episode_that_ended_latched_is_a_safety_stop_with_its_reasons():
     events = [
         {"event": "chunk", "verdict": "accept", "stamp": 10.5},
-        {"event": "fault", "fault": "divergence", "stamp": 11.0},
+        {"event": "fault", "fault": "divergence", "joint": "fr3_joint4", "error_rad": 0.1234,
+         "stamp": 11.0, "mode": "estop"},
         {"event": "driver_fault", "fault": "reflex", "reason": "joint 4 too fast", "stamp": 11.1},
         {"event": "estop", "stamp": 30.0},  # after the episode: not its stop
     ]
     stopped = record()
     collect_episode(harness(events, latched=True), stopped, 10.0, 16.0)
     assert stopped.outcome == "safety_stop"
-    assert stopped.safety_stops == ["fault divergence", "driver_fault reflex joint 4 too fast"]
-    assert stopped.reason == "fault divergence; driver_fault reflex joint 4 too fast"
+    divergence = "fault divergence, joint fr3_joint4, error_rad 0.123"
+    assert stopped.safety_stops == [divergence, "driver_fault reflex joint 4 too fast"]
+    assert stopped.reason == f"{divergence}; driver_fault reflex joint 4 too fast"
     summary = summarise("reach", [stopped, record()], {})
     assert summary["safety_stops"] == 1
     assert summary["incidents"] == [{"seed": 7, "outcome": "safety_stop",

@@ -73,6 +73,7 @@ MAX_VETO_DETAILS = 5  # per episode, in the JSONL: why chunks were vetoed or cha
 SCHEDULER_LABELS = ("mode", "tier", "demand", "reasons")  # the rest of a decision is numbers
 # Safety events that latch the gate (or tell of a latch): the episode ended in a stop.
 STOP_EVENTS = ("fault", "driver_fault", "estop")
+STOP_EVENT_CONTEXT = ("event", "fault", "reason", "stamp", "mode", "source", "speed_rad_s")
 VETO_NUMBERS = ("observation_age_s", "state_age_s", "start_jump_rad", "retimed_s", "stamp")
 
 
@@ -602,9 +603,13 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
     record.verdicts = verdicts
     for event in harness.safety_events:
         if event.get("event") in STOP_EVENTS and t0 <= float(event.get("stamp", -1)) <= t_end:
-            reason = " ".join(str(event.get(k, "")) for k in ("event", "fault", "reason"))
-            if len(record.safety_stops) < 3 and reason.strip() not in record.safety_stops:
-                record.safety_stops.append(reason.strip()[:200])
+            reason = " ".join(str(event[k]) for k in ("event", "fault", "reason") if k in event)
+            reason += "".join(
+                f", {k} {v:.3g}" if isinstance(v, float) else f", {k} {v}"
+                for k, v in event.items() if k not in STOP_EVENT_CONTEXT
+            )  # fmt: skip
+            if len(record.safety_stops) < 3 and reason not in record.safety_stops:
+                record.safety_stops.append(reason[:200])
     if not record.success and harness.gate_latched:
         record.outcome = "safety_stop"
         record.reason = "; ".join(record.safety_stops) or "the gate latched a stop"
