@@ -168,3 +168,39 @@ def test_an_arm_lagging_its_output_is_no_divergence():
     speed = np.abs(np.diff(np.array(run.outputs)[:, 0])).max() / T
     assert speed == pytest.approx(2.619, rel=1e-3)  # it went at full speed
     assert run.gate.latched is None and run.gate.mode == RUNNING
+
+
+def _diverge_by_a_reset(run) -> float:
+    """States of an arm put back elsewhere (a simulator's reset) reach the gate before the
+    episode's announcement does: it latches divergence. Returns the reset's stamp."""
+    reset_at = run.now + T / 2
+    moved = run.outputs[-1].copy()
+    moved[1] -= 0.4
+    for _ in range(10):
+        if run.gate.latched:
+            break
+        run.k += 1
+        run.gate.update_state(moved, run.now, now=run.now)
+        run.events += run.gate.tick(run.now).events
+    assert run.gate.latched == "divergence"
+    return reset_at
+
+
+def test_a_divergence_that_was_the_resets_own_move_clears_with_the_episode():
+    run, _ = moving_run()
+    reset_at = _diverge_by_a_reset(run)
+    run.gate.new_episode(run.now, start=reset_at)
+    assert run.gate.latched is None and run.gate.mode == WAITING
+    run.tick(state=False)  # its events leave with the next tick
+    assert run.event("divergence_cleared")["since"] >= reset_at
+
+
+def test_a_divergence_from_before_the_reset_or_with_no_move_announced_holds():
+    run, _ = moving_run()
+    reset_at = _diverge_by_a_reset(run)
+    run.gate.new_episode(run.now)  # an operator's episode: nothing says the arm was moved
+    assert run.gate.latched == "divergence"
+    run, _ = moving_run()
+    reset_at = _diverge_by_a_reset(run)
+    run.gate.new_episode(run.now, start=reset_at + 10 * T)  # it began before the reset
+    assert run.gate.latched == "divergence" and run.gate.mode == ESTOP

@@ -79,6 +79,15 @@ def forward_command(controller: str) -> str:
     return f"/{controller}/commands"
 
 
+def episode_moved_arm(text: str) -> bool:
+    """Whether an EPISODE message says the reset itself moved the arm (a simulator's, which
+    puts the arm back at home at once; an operator's episode start moves nothing)."""
+    try:
+        return json.loads(text).get("arm_moved") is True
+    except (ValueError, AttributeError):
+        return False
+
+
 def episode_start(text: str) -> float | None:
     """The start stamp of an EPISODE message's JSON, or None when it is malformed."""
     try:

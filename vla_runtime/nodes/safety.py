@@ -264,7 +264,10 @@ class SafetyNode(RuntimeNode):
             self._publish_events([{"event": "episode_rejected", "reason": msg.data[:200]}])
             return
         reports = self.chunks.new_episode(start)
-        self.gate.new_episode(self.now_s())
+        now = self.now_s()
+        self.gate.new_episode(now, start if topics.episode_moved_arm(msg.data) else None)
+        if self.gate.latched != self._latched:
+            self._sync_latch(now, "a divergence that was the scene reset's own move")
         self._publish_events(reports, "chunk_check")
 
     def _on_scene_xml(self, msg: String) -> None:

@@ -133,6 +133,7 @@ class CommandGate:
         self._history_q = np.zeros((size, robot.dof))
         self._history_next = 0
         self._diverged: tuple[int, float] = (0, math.nan)  # consecutive count, first stamp
+        self._divergence_since = -math.inf  # the first diverged state of a latched divergence
         self._events: list[dict] = []
         self._throttle: dict[str, tuple[float, int]] = {}
         if latched is not None:
@@ -251,10 +252,17 @@ class CommandGate:
         self._event("estop_reset", now, latched=kind)
         return True
 
-    def new_episode(self, now: float) -> None:
+    def new_episode(self, now: float, start: float | None = None) -> None:
         """The scene was reset (the arm moved by something else than this gate): forget the
         output and the target and re-arm from the measured state, as at start-up. A latch
-        holds."""
+        holds, except a divergence that began with a state stamped at or after `start` (given
+        when the reset itself moved the arm): the gate saw the reset's move before the
+        announcement of the episode, not an arm that failed to follow."""
+        since = self._divergence_since
+        if self._latch == "divergence" and start is not None and since >= start:
+            self._latch = None
+            self._event("divergence_cleared", now, since=since, start=start,
+                        reason="the scene reset moved the arm")  # fmt: skip
         if self._latch is None:
             self.mode = WAITING
         self._forget_motion()
@@ -368,6 +376,7 @@ class CommandGate:
         self._forget_at_rest = False
         self._history_t[:] = -math.inf
         self._diverged = (0, math.nan)
+        self._divergence_since = -math.inf
 
     def _clock_jumped_back(self, now: float) -> None:
         """A backward jump (sim reset, a bad /clock) puts every receive time seen so far in the
@@ -513,6 +522,8 @@ class CommandGate:
         count, since = count + 1, (stamp if count == 0 else since)
         self._diverged = (count, since)
         if count >= cfg.divergence_states and stamp - since >= cfg.divergence_persist_s:
+            if self._latch is None:
+                self._divergence_since = since
             self.fault(now, "divergence", joint=self.robot.joints[joint],
                        error_rad=float(excess[joint] + cfg.divergence_margin),
                        beyond_margin_rad=float(excess[joint]), states=count,

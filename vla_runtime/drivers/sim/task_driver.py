@@ -117,6 +117,7 @@ class TaskSimDriverNode(SimDriverNode):
             "task": self.task,
             "instruction": setup.instruction,
             "stamp": self.sim.time,
+            "arm_moved": True,  # the reset put the arm at home at once
         }
         self._instruction_pub.publish(String(data=setup.instruction))
         self._episode_pub.publish(String(data=json.dumps(episode)))
