@@ -2,7 +2,12 @@
 
 from types import SimpleNamespace
 
-from vla_runtime.data.stack_eval import EpisodeRecord, collect_episode, summarise
+from vla_runtime.data.stack_eval import (
+    EpisodeRecord,
+    collect_episode,
+    mark_safety_stop,
+    summarise,
+)
 
 
 def harness(events, latched):
@@ -25,6 +30,8 @@ def test_a_failed_episode_that_ended_latched_is_a_safety_stop_with_its_reasons()
     ]
     stopped = record()
     collect_episode(harness(events, latched=True), stopped, 10.0, 16.0)
+    assert stopped.outcome == "timeout"  # collecting judges nothing: an operator's hold is none
+    mark_safety_stop(stopped, latched=True)
     assert stopped.outcome == "safety_stop"
     divergence = "fault divergence, joint fr3_joint4, error_rad 0.123"
     assert stopped.safety_stops == [divergence, "driver_fault reflex joint 4 too fast"]
@@ -39,7 +46,8 @@ def test_a_stop_that_was_cleared_or_a_success_is_no_safety_stop():
     events = [{"event": "estop", "stamp": 11.0}]
     cleared = record()
     collect_episode(harness(events, latched=False), cleared, 10.0, 16.0)
+    mark_safety_stop(cleared, latched=False)
     assert cleared.outcome == "timeout" and cleared.safety_stops == ["estop"]
     succeeded = EpisodeRecord(8, "success", True, 3.0, 3.0, 3.0)
-    collect_episode(harness(events, latched=True), succeeded, 10.0, 16.0)
+    mark_safety_stop(succeeded, latched=True)
     assert succeeded.outcome == "success"

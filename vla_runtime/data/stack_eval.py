@@ -521,7 +521,16 @@ def run_episode(harness: StackHarness, task: str, seed: int) -> EpisodeRecord:
         milestones_s=milestones,
     )
     collect_episode(harness, record, t0, t_end)
+    mark_safety_stop(record, harness.gate_latched)
     return record
+
+
+def mark_safety_stop(record: EpisodeRecord, latched: bool) -> None:
+    """A failed episode that ended with the gate latched ended in a stop, not a time-out (an
+    operator's own hold after an episode is no such stop: only the evaluation marks them)."""
+    if not record.success and latched:
+        record.outcome = "safety_stop"
+        record.reason = "; ".join(record.safety_stops) or "the gate latched a stop"
 
 
 def scheduler_summary(decisions: list[dict]) -> dict:
@@ -610,9 +619,6 @@ def collect_episode(harness: StackHarness, record: EpisodeRecord, t0: float, t_e
             )  # fmt: skip
             if len(record.safety_stops) < 3 and reason not in record.safety_stops:
                 record.safety_stops.append(reason[:200])
-    if not record.success and harness.gate_latched:
-        record.outcome = "safety_stop"
-        record.reason = "; ".join(record.safety_stops) or "the gate latched a stop"
     for stamp, level, values in harness.engine_stats:
         if not t0 <= stamp <= t_end:
             continue
