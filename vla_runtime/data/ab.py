@@ -139,6 +139,8 @@ class SimulatedArms:
     def episode(self, seed: int):
         self.harness.forget_reports()
         try:
+            self.harness.clear_latch(f"vla-runtime ab: episode seed {seed} starts; the stop "
+                                     "latched in the episode before is over")  # fmt: skip
             record = stack_eval.run_episode(self.harness, self.task, seed)
         except (stack_eval.StackDied, stack_eval.StackStalled) as exc:
             kind = "stack_died" if isinstance(exc, stack_eval.StackDied) else "stalled"
